@@ -1,0 +1,663 @@
+"""The agent: one turn loop that every surface goes through.
+
+:class:`Agent` drives the pure state machine of :mod:`hermes_core.turn` over the ports:
+it calls the model, runs tools through the scheduler, keeps the transcript valid,
+persists each completed group, and turns the outcome into the result dict users know.
+It borrows what it is given (model, store, tools) and closes only what it is handed in
+``owned``, so hosts can share a store or a model between agents.
+
+Correctness under cancellation: when the host cancels a turn, the tool task group cancels
+and awaits its children, then a shielded, time-bounded finaliser answers every open tool
+call with a "cancelled" result and persists it, and only then does the cancellation
+propagate. The next turn resumes from a valid transcript.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from types import TracebackType
+from typing import Any, Protocol
+
+import anyio
+
+from hermes_core.budget import IterationBudget, pressure_note
+from hermes_core.dispatch import PreparedCall, interrupted_result, prepare_calls, run_call
+from hermes_core.errors import HermesError, ModelError
+from hermes_core.events import (
+    ModelRequestStarted,
+    ModelResponded,
+    StageEntered,
+    TurnEvent,
+    TurnFinished,
+    TurnStarted,
+)
+from hermes_core.invariants import CANCELLED_RESULT, repair
+from hermes_core.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolMessage,
+    Usage,
+    UserMessage,
+    message_from_dict,
+    messages_to_dicts,
+    text_of,
+)
+from hermes_core.ports.llm import (
+    CacheHints,
+    ChatModel,
+    ModelRequest,
+    ModelResponse,
+    ResponseComplete,
+    TextDelta,
+)
+from hermes_core.ports.mcp import ToolSource
+from hermes_core.ports.memory import MemoryStore
+from hermes_core.ports.sessions import SessionStore
+from hermes_core.ports.tools import Tool, ToolContext, ToolResult, ToolSpec
+from hermes_core.ports.trajectories import TrajectorySink
+from hermes_core.prompt import SystemPrompt, build_system_prompt
+from hermes_core.registry import ToolRegistry
+from hermes_core.results import BATCH_RESULT_CAP, cap_batch
+from hermes_core.scheduling import DEFAULT_MAX_WORKERS, PlannedCall, plan_batch, run_segments
+from hermes_core.trajectory import build_trajectory
+from hermes_core.turn import (
+    AssembleHistory,
+    BuildPrompt,
+    CallModel,
+    Decision,
+    Deliver,
+    Event,
+    HistoryReady,
+    InputReady,
+    Interrupted,
+    ModelFailed,
+    ModelReplied,
+    Outcome,
+    Persist,
+    Persisted,
+    PromptReady,
+    ProviderReady,
+    ResolveProvider,
+    RunTools,
+    ToolsDone,
+    TurnState,
+    step,
+)
+
+__all__ = ["Agent", "AgentSettings", "StreamCallback"]
+
+log = logging.getLogger("hermes.agent")
+
+SUMMARY_REQUEST = (
+    "You've reached the maximum number of tool-calling iterations allowed. Please provide a "
+    "final response summarizing what you've found and accomplished so far, without calling "
+    "any more tools."
+)
+SUMMARY_FALLBACK = "I reached the iteration limit and couldn't generate a summary."
+INTERRUPTED_REPLY = "Operation interrupted."
+FINALISE_TIMEOUT = 5.0
+_THINK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>\s*", re.DOTALL)
+
+StreamCallback = Callable[[str], Awaitable[None] | None]
+
+
+class _Closeable(Protocol):
+    async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    """Knobs of the turn loop. Defaults match the behaviour Hermes users know."""
+
+    max_iterations: int = 90
+    max_tool_workers: int = DEFAULT_MAX_WORKERS
+    tool_timeout: float | None = 300.0
+    batch_result_cap: int = BATCH_RESULT_CAP
+    max_tokens: int | None = None
+    reasoning: Mapping[str, Any] | None = None
+    identity: str | None = None
+    context: str | None = None
+    """Pre-rendered project context (the bootstrap reads the files)."""
+    skip_memory: bool = False
+    save_trajectories: bool = False
+    source: str = "library"
+    sampling: Mapping[str, Any] = field(default_factory=dict)
+    date_in_prompt: bool = True
+
+
+@dataclass(slots=True)
+class _Turn:
+    """Mutable state of one running turn; the driver's working memory."""
+
+    task_id: str
+    user_text: str
+    system_message: str | None
+    stream_callback: StreamCallback | None
+    budget: IterationBudget
+    transcript: list[Message] = field(default_factory=list)
+    start: int = 0
+    pending: list[Message] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    api_calls: int = 0
+    final_response: str | None = None
+    last_reasoning: str | None = None
+    open_calls: list[PreparedCall] = field(default_factory=list)
+    slots: list[ToolResult | None] = field(default_factory=list)
+
+    def add(self, message: Message) -> None:
+        self.transcript.append(message)
+        self.pending.append(message)
+
+
+class Agent:
+    """An agent over explicit ports. See the module docstring for the guarantees."""
+
+    def __init__(
+        self,
+        model: ChatModel,
+        tools: ToolRegistry | Iterable[Tool] = (),
+        *,
+        sessions: SessionStore | None = None,
+        memory: MemoryStore | None = None,
+        tool_sources: Sequence[ToolSource] = (),
+        trajectories: TrajectorySink | None = None,
+        settings: AgentSettings | None = None,
+        clarifier: Any = None,
+        approver: Any = None,
+        session_id: str | None = None,
+        budget: IterationBudget | None = None,
+        on_event: Callable[[TurnEvent], None] | None = None,
+        stream_callback: StreamCallback | None = None,
+        owned: Sequence[_Closeable] = (),
+        services: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.model = model
+        self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+        self.sessions = sessions
+        self.memory = memory
+        self.tool_sources = tuple(tool_sources)
+        self.trajectories = trajectories
+        self.settings = settings or AgentSettings()
+        self.clarifier = clarifier
+        self.approver = approver
+        self.session_id = session_id
+        self._shared_budget = budget
+        self._on_event = on_event
+        self._stream_callback = stream_callback
+        self._owned = list(owned)
+        self._services = dict(services or {})
+        self._lock = anyio.Lock()
+        self._history: list[Message] = []
+        self._prompt: SystemPrompt | None = None
+        self._specs: tuple[ToolSpec, ...] | None = None
+        self._session_ready = False
+        self._interrupt: str | None = None
+        self._interrupt_requested = False
+        self._closed = False
+
+    # -- public API ------------------------------------------------------------------
+
+    async def __aenter__(self) -> Agent:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def history(self) -> list[Message]:
+        """The conversation so far (without the system prompt)."""
+        return list(self._history)
+
+    @property
+    def system_prompt(self) -> str | None:
+        return self._prompt.text if self._prompt else None
+
+    def interrupt(self, message: str | None = None) -> None:
+        """Stop the running turn at its next safe point; unstarted tools are skipped."""
+        self._interrupt_requested = True
+        self._interrupt = message
+
+    def reset(self) -> None:
+        """Forget the in-memory conversation; the next turn starts fresh."""
+        self._history = []
+        self._prompt = None
+        self._specs = None
+
+    async def chat(self, message: str) -> str:
+        """Run one turn and return only the final text ("" when there is none)."""
+        result = await self.run_conversation(message)
+        return str(result.get("final_response") or "")
+
+    async def close(self) -> None:
+        """Release what the agent owns; safe to call more than once."""
+        if self._closed:
+            return
+        self._closed = True
+        for resource in reversed(self._owned):
+            try:
+                await resource.aclose()
+            except Exception:
+                log.exception("closing %r failed", resource)
+
+    async def run_conversation(
+        self,
+        user_message: str,
+        system_message: str | None = None,
+        conversation_history: Sequence[Message | Mapping[str, Any]] | None = None,
+        task_id: str | None = None,
+        stream_callback: StreamCallback | None = None,
+    ) -> dict[str, Any]:
+        """Run one turn to its end and return the result dict.
+
+        Turns on one agent run one at a time, in arrival order.
+
+        Raises:
+            HermesError: the agent is closed, or the store failed.
+        """
+        if self._closed:
+            raise HermesError("this agent is closed; create a new one")
+        async with self._lock:
+            try:
+                return await self._run_turn(
+                    user_message, system_message, conversation_history, task_id, stream_callback
+                )
+            finally:
+                self._interrupt_requested = False
+                self._interrupt = None
+
+    # -- the driver ------------------------------------------------------------------
+
+    async def _run_turn(
+        self,
+        user_message: str,
+        system_message: str | None,
+        history: Sequence[Message | Mapping[str, Any]] | None,
+        task_id: str | None,
+        stream_callback: StreamCallback | None,
+    ) -> dict[str, Any]:
+        turn = _Turn(
+            task_id=task_id or uuid.uuid4().hex,
+            user_text=str(user_message).strip(),
+            system_message=system_message,
+            stream_callback=stream_callback or self._stream_callback,
+            budget=self._shared_budget or IterationBudget(self.settings.max_iterations),
+        )
+        self._emit(TurnStarted(turn.task_id, self.session_id))
+        state, decision = step(TurnState(max_iterations=self.settings.max_iterations), InputReady())
+        try:
+            while not isinstance(decision, Deliver):
+                self._emit(StageEntered(state.stage.value))
+                event = await self._perform(decision, turn, history)
+                state, decision = step(state, event)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True), anyio.move_on_after(FINALISE_TIMEOUT):
+                await self._finalise_cancelled(turn)
+            raise
+        return await self._deliver(turn, decision.outcome)
+
+    async def _perform(
+        self, decision: Decision, turn: _Turn, history: Sequence[Message | Mapping[str, Any]] | None
+    ) -> Event:
+        match decision:
+            case AssembleHistory():
+                await self._assemble_history(turn, history)
+                return HistoryReady()
+            case BuildPrompt():
+                await self._build_prompt(turn)
+                return PromptReady()
+            case ResolveProvider():
+                await self._ensure_session()
+                return ProviderReady()
+            case Persist():
+                await self._flush(turn)
+                available = not turn.budget.exhausted
+                return Persisted(available and turn.api_calls < self.settings.max_iterations)
+            case CallModel(summary=summary):
+                if not summary and self._interrupt_requested:
+                    return self._interrupted(turn)
+                return await self._call_model(turn, summary=summary)
+            case RunTools():
+                return await self._run_tools(turn)
+        raise AssertionError(f"unhandled decision {decision!r}")
+
+    async def _assemble_history(
+        self, turn: _Turn, given: Sequence[Message | Mapping[str, Any]] | None
+    ) -> None:
+        if given is not None:
+            base = [m if not isinstance(m, Mapping) else message_from_dict(m) for m in given]
+        elif self.sessions is not None and self.session_id is not None and not self._history:
+            base = await self.sessions.get_conversation(self.session_id)
+        else:
+            base = list(self._history)
+        base = [m for m in base if not isinstance(m, SystemMessage)]
+        turn.transcript = repair(base)
+        turn.start = len(turn.transcript)
+        turn.add(UserMessage(content=turn.user_text))
+
+    async def _build_prompt(self, turn: _Turn) -> None:
+        if self._specs is None:
+            self._specs = await self.tools.available_specs()
+        if self._prompt is not None:
+            return
+        stored = None
+        if self.sessions is not None and self.session_id is not None:
+            info = await self.sessions.get_session(self.session_id)
+            stored = info.system_prompt if info is not None else None
+        if stored:
+            self._prompt = SystemPrompt(stored, stable_chars=0)
+            return
+        snapshot = None
+        if self.memory is not None and not self.settings.skip_memory:
+            snapshot = await self.memory.snapshot()
+        self._prompt = build_system_prompt(
+            identity=self.settings.identity,
+            tool_names=[s.name for s in self._specs],
+            system_message=turn.system_message,
+            context=self.settings.context,
+            memory=snapshot,
+            today=date.today() if self.settings.date_in_prompt else None,
+        )
+
+    async def _ensure_session(self) -> None:
+        if self.sessions is None or self._session_ready:
+            return
+        if self.session_id is None:
+            self.session_id = _new_session_id()
+        await self.sessions.ensure_session(
+            self.session_id, source=self.settings.source, model=self.model.model_name
+        )
+        if self._prompt is not None:
+            await self.sessions.update_system_prompt(self.session_id, self._prompt.text)
+        self._session_ready = True
+
+    async def _flush(self, turn: _Turn) -> None:
+        if not turn.pending:
+            return
+        if self.sessions is not None and self.session_id is not None:
+            await self.sessions.append_messages(self.session_id, list(turn.pending))
+        turn.pending.clear()
+
+    def _request(self, turn: _Turn, *, tools: bool) -> ModelRequest:
+        assert self._prompt is not None and self._specs is not None
+        return ModelRequest(
+            messages=(SystemMessage(content=self._prompt.text), *turn.transcript),
+            tools=self._specs if tools else (),
+            model=self.model.model_name,
+            max_tokens=self.settings.max_tokens,
+            reasoning=self.settings.reasoning,
+            cache=CacheHints(stable_system_chars=self._prompt.stable_chars or None),
+            settings=self.settings.sampling,
+        )
+
+    async def _invoke(self, turn: _Turn, request: ModelRequest) -> ModelResponse:
+        self._emit(
+            ModelRequestStarted(
+                turn.api_calls + 1,
+                len(request.messages),
+                len(request.tools),
+                turn.stream_callback is not None,
+            )
+        )
+        started = time.perf_counter()
+        if turn.stream_callback is None:
+            response = await self.model.complete(request)
+        else:
+            response = await self._stream(request, turn.stream_callback)
+        turn.api_calls += 1
+        turn.usage = turn.usage + response.usage
+        self._emit(
+            ModelResponded(
+                turn.api_calls,
+                response.finish_reason,
+                len(response.message.tool_calls),
+                time.perf_counter() - started,
+                response.usage,
+            )
+        )
+        return response
+
+    async def _stream(self, request: ModelRequest, callback: StreamCallback) -> ModelResponse:
+        events = self.model.stream(request)
+        try:
+            async for event in events:
+                if isinstance(event, TextDelta) and event.text:
+                    outcome = callback(event.text)
+                    if inspect.isawaitable(outcome):
+                        await outcome
+                elif isinstance(event, ResponseComplete):
+                    return event.response
+        finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        raise ModelError("the model's stream ended without a complete response")
+
+    async def _call_model(self, turn: _Turn, *, summary: bool) -> Event:
+        if summary:
+            return await self._summary_call(turn)
+        turn.budget.consume()
+        try:
+            response = await self._invoke(turn, self._request(turn, tools=True))
+        except ModelError as exc:
+            return ModelFailed(f"{type(exc).__name__}: {exc}")
+        message = response.message
+        if message.tool_calls:
+            message, turn.open_calls = prepare_calls(
+                message, self.tools, {s.name for s in self._specs or ()}
+            )
+            turn.slots = [None] * len(turn.open_calls)
+        else:
+            turn.final_response = _strip_think(message.content or "")
+        if message.reasoning:
+            turn.last_reasoning = message.reasoning
+        turn.add(message)
+        return ModelReplied(
+            len(message.tool_calls), response.finish_reason, bool((message.content or "").strip())
+        )
+
+    async def _summary_call(self, turn: _Turn) -> Event:
+        turn.add(UserMessage(content=SUMMARY_REQUEST))
+        text = ""
+        try:
+            for _ in range(2):
+                response = await self._invoke(turn, self._request(turn, tools=False))
+                text = _strip_think(response.message.content or "")
+                if text:
+                    break
+            text = text or SUMMARY_FALLBACK
+        except ModelError as exc:
+            text = (
+                f"I reached the maximum iterations ({self.settings.max_iterations}) but "
+                f"couldn't summarize. Error: {exc}"
+            )
+        turn.final_response = text
+        turn.add(AssistantMessage(content=text, finish_reason="stop"))
+        return ModelReplied(0, "stop", True)
+
+    def _interrupted(self, turn: _Turn) -> Event:
+        if turn.transcript and isinstance(turn.transcript[-1], ToolMessage):
+            turn.add(AssistantMessage(content=INTERRUPTED_REPLY, finish_reason="stop"))
+        return Interrupted()
+
+    async def _run_tools(self, turn: _Turn) -> Event:
+        calls = turn.open_calls
+        planned = [PlannedCall(p.index, p.tool.spec if p.tool else None, p.args) for p in calls]
+        ctx_services = self._tool_services(turn)
+
+        async def run_one(index: int) -> ToolResult:
+            prepared = calls[index]
+            ctx = ToolContext(turn.task_id, self.session_id, prepared.call.id, ctx_services)
+            return await run_call(
+                prepared, ctx, default_timeout=self.settings.tool_timeout, emit=self._emit
+            )
+
+        await run_segments(
+            plan_batch(planned),
+            run_one,
+            turn.slots,
+            max_workers=self.settings.max_tool_workers,
+            should_stop=lambda: self._interrupt_requested,
+        )
+        self._close_tool_group(turn)
+        if self._interrupt_requested:
+            return self._interrupted(turn)
+        invalid = [p for p in calls if p.error is not None]
+        all_invalid = bool(calls) and len(invalid) == len(calls)
+        return ToolsDone(invalid[0].call.name or "(empty)" if all_invalid else None)
+
+    def _close_tool_group(self, turn: _Turn, *, cancelled: bool = False) -> None:
+        """Append one result per open call, in call order, and clear the open group."""
+        if not turn.open_calls:
+            return
+        results: list[ToolResult] = []
+        for prepared, slot in zip(turn.open_calls, turn.slots, strict=True):
+            if slot is not None:
+                results.append(slot)
+            elif cancelled:
+                results.append(ToolResult(CANCELLED_RESULT, is_error=True))
+            else:
+                results.append(interrupted_result(prepared.call.name))
+        texts = cap_batch([r.content for r in results], self.settings.batch_result_cap)
+        note = None if cancelled else pressure_note(turn.budget)
+        if note is not None:
+            texts[-1] = _with_note(texts[-1], note)
+        for prepared, result, text in zip(turn.open_calls, results, texts, strict=True):
+            turn.add(
+                ToolMessage(
+                    tool_call_id=prepared.call.id,
+                    name=prepared.call.name,
+                    content=text,
+                    is_error=result.is_error,
+                )
+            )
+        turn.open_calls, turn.slots = [], []
+
+    def _tool_services(self, turn: _Turn) -> dict[str, Any]:
+        services = {
+            "agent": self,
+            "budget": turn.budget,
+            "clarifier": self.clarifier,
+            "approver": self.approver,
+            "sessions": self.sessions,
+            "memory": self.memory,
+            "emit": self._emit,
+        }
+        services.update(self._services)
+        return services
+
+    async def _finalise_cancelled(self, turn: _Turn) -> None:
+        """Shielded: answer open calls, persist what is pending, keep history valid."""
+        self._close_tool_group(turn, cancelled=True)
+        self._history = repair(turn.transcript)
+        try:
+            await self._flush(turn)
+        except Exception:
+            log.exception("persisting the cancelled turn failed")
+
+    async def _deliver(self, turn: _Turn, outcome: Outcome) -> dict[str, Any]:
+        self._history = list(turn.transcript)
+        if self.sessions is not None and self.session_id is not None:
+            await self.sessions.update_token_counts(
+                self.session_id, turn.usage, api_calls=turn.api_calls, model=self.model.model_name
+            )
+        if self.trajectories is not None and self.settings.save_trajectories:
+            with anyio.CancelScope(shield=True):
+                await self._save_trajectory(turn, outcome)
+        self._emit(TurnFinished(outcome.exit_reason, turn.api_calls, outcome.completed))
+        result: dict[str, Any] = {
+            "final_response": turn.final_response,
+            "last_reasoning": turn.last_reasoning,
+            "messages": messages_to_dicts(turn.transcript),
+            "api_calls": turn.api_calls,
+            "completed": outcome.completed and turn.final_response is not None,
+            "partial": outcome.partial,
+            "interrupted": outcome.interrupted,
+            "failed": outcome.failed,
+            "error": outcome.error,
+            "turn_exit_reason": outcome.exit_reason,
+            "session_id": self.session_id,
+            "task_id": turn.task_id,
+            "model": self.model.model_name,
+            "provider": self.model.provider,
+            "api_mode": self.model.api_mode,
+            **_usage_fields(turn.usage),
+        }
+        if outcome.interrupted:
+            result["interrupt_message"] = self._interrupt
+        return result
+
+    async def _save_trajectory(self, turn: _Turn, outcome: Outcome) -> None:
+        assert self.trajectories is not None
+        try:
+            trajectory = build_trajectory(
+                turn.transcript[turn.start :],
+                model=self.model.model_name,
+                completed=outcome.completed,
+                tools=[s.function_schema() for s in self._specs or ()],
+            )
+            await self.trajectories.append(trajectory)
+        except Exception:
+            log.exception("saving the trajectory failed")
+
+    def _emit(self, event: TurnEvent) -> None:
+        if self._on_event is None:
+            return
+        try:
+            self._on_event(event)
+        except Exception:
+            log.exception("on_event subscriber failed on %r", event)
+
+
+def _strip_think(text: str) -> str:
+    return _THINK.sub("", text).strip()
+
+
+def _with_note(content: str, note: str) -> str:
+    """Put the budget note inside a JSON object result, or append it to text."""
+    import json
+
+    stripped = content.strip()
+    if stripped.startswith("{"):
+        try:
+            value = json.loads(stripped)
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            value["_budget_warning"] = note
+            return json.dumps(value, ensure_ascii=False)
+    return f"{content}\n\n{note}"
+
+
+def _usage_fields(usage: Usage) -> dict[str, int]:
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "reasoning_tokens": usage.reasoning_tokens,
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def _new_session_id() -> str:
+    now = time.strftime("%Y%m%d_%H%M%S", time.localtime())
+    return f"{now}_{uuid.uuid4().hex[:6]}"
+
+
+def _text(message: Message) -> str:
+    return text_of(message.content)
