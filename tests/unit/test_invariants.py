@@ -182,12 +182,14 @@ any_transcripts = st.one_of(transcripts, near_valid_transcripts())
 # -- properties ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @settings(max_examples=250)
 @given(any_transcripts)
 def test_validate_agrees_with_the_oracle(t: list[Message]) -> None:
     assert (validate(t) == []) == oracle_valid(t), validate(t)
 
 
+@pytest.mark.slow
 @settings(max_examples=250)
 @given(any_transcripts)
 def test_repair_output_is_valid(t: list[Message]) -> None:
@@ -210,6 +212,7 @@ def test_repair_leaves_valid_transcripts_alone(t: list[Message]) -> None:
     assert _rebuild(t) == t
 
 
+@pytest.mark.slow
 @settings(max_examples=250)
 @given(any_transcripts)
 def test_repair_is_idempotent(t: list[Message]) -> None:
@@ -218,6 +221,7 @@ def test_repair_is_idempotent(t: list[Message]) -> None:
     assert _rebuild(once) == once
 
 
+@pytest.mark.slow
 @settings(max_examples=250)
 @given(any_transcripts)
 def test_repair_never_loses_user_or_assistant_text(t: list[Message]) -> None:
@@ -234,6 +238,7 @@ def test_repair_never_loses_user_or_assistant_text(t: list[Message]) -> None:
             assert m.content in system_text
 
 
+@pytest.mark.slow
 @settings(max_examples=250)
 @given(any_transcripts)
 def test_repair_keeps_every_tool_call_and_message_count_bounded(t: list[Message]) -> None:

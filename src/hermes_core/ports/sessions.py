@@ -15,11 +15,29 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from hermes_core.messages import Message, Usage
 
 __all__ = [
+    "IDENTITY_FIELDS",
     "SearchHit",
     "SessionInfo",
     "SessionStore",
+    "SortOrder",
     "StoredMessage",
 ]
+
+IDENTITY_FIELDS: tuple[str, ...] = (
+    "user_id",
+    "session_key",
+    "chat_id",
+    "chat_type",
+    "thread_id",
+    "display_name",
+    "cwd",
+    "git_branch",
+    "git_repo_root",
+    "profile_name",
+    "origin_json",
+)
+"""Identity fields ``create_session``/``update_metadata`` accept besides model, model_config,
+system_prompt, parent_session_id and title; unknown keywords raise ``TypeError``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +101,9 @@ class SessionStore(Protocol):
     """Durable sessions and transcripts. Every method may raise ``SessionStoreError``.
 
     Write methods on a read-only store raise ``ReadOnlyStore``; any method after
-    ``close()`` raises ``StoreClosed``; ``close()`` itself is idempotent.
+    ``close()`` raises ``StoreClosed``; ``close()`` itself is idempotent. Writes to a
+    session that does not exist raise ``SessionNotFound``; reads return ``None`` or ``[]``.
+    Titles are unique across sessions.
     """
 
     # -- sessions ----------------------------------------------------------------------
@@ -184,7 +204,8 @@ class SessionStore(Protocol):
     async def get_resume_conversations(
         self, session_id: str
     ) -> tuple[list[Message], list[Message]]:
-        """(model history of the tip, repaired; full display history of the lineage)."""
+        """(model history of ``session_id`` taken as the tip, repaired; display history of
+        the whole compression lineage). Call ``resolve_resume_session_id`` first."""
         ...
 
     async def try_acquire_compression_lock(
@@ -208,7 +229,10 @@ class SessionStore(Protocol):
         watermark: int | None = None,
         lock_holder: str | None = None,
     ) -> int:
-        """Archive active rows, insert ``compacted``, re-clone rows newer than ``watermark``."""
+        """Archive active rows, insert ``compacted``, re-clone rows newer than ``watermark``.
+
+        Returns the number of active rows afterwards (the new message count).
+        """
         ...
 
     async def publish_compression_child(
