@@ -15,8 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from hermes_adapters.tools.approval import Approvals
+from hermes_adapters.tools.clarify import ClarifyTool
+from hermes_adapters.tools.delegate import DelegateTool
 from hermes_adapters.tools.files import file_tools
 from hermes_adapters.tools.terminal import terminal_tools
+from hermes_adapters.tools.todo import TodoTool
 from hermes_adapters.tools.workspace import Workspace
 from hermes_core.ports.tools import Tool
 from hermes_core.registry import ToolRegistry
@@ -58,6 +61,7 @@ async def build_tools(
         tools, processes = terminal_tools(workspace, Approvals())
         candidates.extend(tools)
         owned.append(processes)
+    candidates.extend([TodoTool(), ClarifyTool(), DelegateTool()])
     registry = ToolRegistry(t for t in candidates if t.spec.name in wanted)
     for tool in extra:
         registry.register(tool)
