@@ -67,6 +67,7 @@ from hermes_core.prompt import SystemPrompt, build_system_prompt
 from hermes_core.registry import ToolRegistry
 from hermes_core.results import BATCH_RESULT_CAP, cap_batch
 from hermes_core.scheduling import DEFAULT_MAX_WORKERS, PlannedCall, plan_batch, run_segments
+from hermes_core.sources import register_sources
 from hermes_core.trajectory import build_trajectory
 from hermes_core.turn import (
     AssembleHistory,
@@ -199,6 +200,7 @@ class Agent:
         self._prompt: SystemPrompt | None = None
         self._specs: tuple[ToolSpec, ...] | None = None
         self._session_ready = False
+        self._sources_loaded = False
         self._interrupt: str | None = None
         self._interrupt_requested = False
         self._closed = False
@@ -349,6 +351,9 @@ class Agent:
 
     async def _build_prompt(self, turn: _Turn) -> None:
         if self._specs is None:
+            if self.tool_sources and not self._sources_loaded:
+                await register_sources(self.tools, self.tool_sources)
+                self._sources_loaded = True
             self._specs = await self.tools.available_specs()
         if self._prompt is not None:
             return

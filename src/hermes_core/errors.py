@@ -25,6 +25,7 @@ and never a library's. Messages say what was wrong, where, and what to do.
     │   ├── ReadOnlyStore               a write on a store opened read-only
     │   ├── SessionClosedForAppend      append to a session ended by compression
     │   └── CompressionInProgress       another holder owns the compression lock
+    ├── MemoryWriteRejected             a memory write does not fit or matches nothing
     ├── TranscriptError                 a transcript breaks the message invariants
     ├── UsageLimitExceeded              a configured limit (iterations, tokens) was hit
     └── ConfigError                     configuration is invalid or incomplete
@@ -40,6 +41,7 @@ __all__ = [
     "ContextTooLong",
     "HermesError",
     "IncompleteStream",
+    "MemoryWriteRejected",
     "ModelAuthError",
     "ModelError",
     "ModelProtocolError",
@@ -169,6 +171,27 @@ class CompressionInProgress(SessionStoreError):
 
 
 # -- everything else -------------------------------------------------------------------
+
+
+class MemoryWriteRejected(HermesError):
+    """A memory write was refused; the message is meant for the model to act on.
+
+    ``current_entries`` and ``usage`` let the memory tool show the model what is stored so
+    it can consolidate and retry within the same turn.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        current_entries: tuple[str, ...] = (),
+        usage: str | None = None,
+        matches: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.current_entries = current_entries
+        self.usage = usage
+        self.matches = matches
 
 
 class TranscriptError(HermesError):
