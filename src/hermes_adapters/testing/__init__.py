@@ -1,0 +1,9 @@
+"""Test helpers that speak real wire formats: simulators for the provider contract kit.
+
+See :mod:`hermes_core.testing.llm` for the scenario vocabulary and ``ChatModelContract``.
+"""
+
+from hermes_adapters.testing.openai_chat_sim import OpenAIChatSimulator
+from hermes_adapters.testing.scenario_server import ScenarioServer, WirePlan
+
+__all__ = ["OpenAIChatSimulator", "ScenarioServer", "WirePlan"]

@@ -1,0 +1,84 @@
+"""One agent turn end to end over the real HTTP path: Agent -> OpenAIChatModel -> socket.
+
+The loopback simulator is a strict Chat Completions server (it rejects unanswered tool
+calls and, in the DeepSeek dialect, tool-call turns replayed without
+``reasoning_content``), so these tests prove the engine and the adapter agree on the
+transcript, not only that each works alone.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from hermes_adapters.llm.openai_chat import OpenAIChatModel
+from hermes_adapters.testing.openai_chat_sim import OpenAIChatSimulator
+from hermes_core import Agent, FunctionTool, ToolSpec
+from hermes_core.messages import Usage
+from hermes_core.testing.llm import TextReply, ToolCallReply
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leaks")]
+
+
+def _add_tool() -> FunctionTool:
+    async def add(args: dict[str, Any], ctx: Any) -> dict[str, int]:
+        return {"sum": args["a"] + args["b"]}
+
+    spec = ToolSpec(
+        name="add",
+        description="Add two integers.",
+        parameters={
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    )
+    return FunctionTool(spec, add)
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["complete", "stream"])
+async def test_tool_turn_over_loopback(streaming: bool) -> None:
+    sim = OpenAIChatSimulator("deepseek")
+    sim.play(
+        ToolCallReply(
+            [("call_1", "add", '{"a": 2, "b": 3}')],
+            reasoning="I should use the add tool.",
+            usage=Usage(input_tokens=40, output_tokens=10, cache_read_tokens=8),
+        ),
+        TextReply("2 + 3 = 5.", usage=Usage(input_tokens=60, output_tokens=6)),
+    )
+    chunks: list[str] = []
+    async with sim.serve() as base_url:
+        model = OpenAIChatModel(
+            "deepseek-chat",
+            base_url=base_url,
+            api_key="sk-loopback",
+            provider="deepseek",
+            reasoning_echo="reasoning_content",
+        )
+        async with Agent(model, [_add_tool()], owned=[model]) as agent:
+            result = await agent.run_conversation(
+                "What is 2+3?", stream_callback=chunks.append if streaming else None
+            )
+
+    assert result["final_response"] == "2 + 3 = 5."
+    assert result["completed"] is True and result["api_calls"] == 2
+    assert [m["role"] for m in result["messages"]] == ["user", "assistant", "tool", "assistant"]
+    assert result["input_tokens"] == 100 and result["output_tokens"] == 16
+    if streaming:
+        assert "".join(chunks) == "2 + 3 = 5."
+
+    first, second = sim.requests
+    assert first.headers["authorization"] == "Bearer sk-loopback"
+    assert first.body.get("stream", False) is streaming
+    assert [t["function"]["name"] for t in first.body["tools"]] == ["add"]
+    replayed = second.body["messages"]
+    assert [m["role"] for m in replayed] == ["system", "user", "assistant", "tool"]
+    assert replayed[2]["tool_calls"][0]["id"] == "call_1"
+    assert replayed[2]["reasoning_content"] == "I should use the add tool."
+    assert replayed[3]["tool_call_id"] == "call_1"
+    assert json.loads(replayed[3]["content"]) == {"sum": 5}
+    assert sim.replayed_reasoning(1) == "I should use the add tool."
+    assert sim.pending == 0
