@@ -5,6 +5,7 @@ fixtures it names, and your adapter is held to the same behaviour as ours. This 
 one place in ``hermes_core`` that imports pytest.
 """
 
+from hermes_core.testing.sessions import SessionStoreContract
 from hermes_core.testing.tools import ToolContract
 
-__all__ = ["ToolContract"]
+__all__ = ["SessionStoreContract", "ToolContract"]

@@ -1,0 +1,420 @@
+"""What only the SQLite store has: pragmas, schema versions, FTS triggers, locking, crashes.
+
+The shared behaviour is proven by the contract suite; these tests look at the file itself
+(through separate raw connections) and at how the store survives other writers.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import anyio
+import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from hermes_adapters.sessions._sqlite_schema import SCHEMA_VERSION
+from hermes_adapters.sessions.sqlite import SQLiteSessionStore
+from hermes_core.errors import SessionStoreError, StoreClosed
+from hermes_core.messages import AssistantMessage, ToolCall, ToolMessage, UserMessage
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leaks")]
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "state.db"
+
+
+@asynccontextmanager
+async def raw(path: Path) -> AsyncIterator[aiosqlite.Connection]:
+    """A plain connection to the file, in autocommit mode, as another process would have."""
+    async with aiosqlite.connect(path, isolation_level=None) as db:
+        yield db
+
+
+async def scalar(db: aiosqlite.Connection, sql: str, params: tuple[Any, ...] = ()) -> Any:
+    rows = list(await db.execute_fetchall(sql, params))
+    return rows[0][0] if rows else None
+
+
+async def columns(db: aiosqlite.Connection, table: str) -> set[str]:
+    return {row[1] for row in await db.execute_fetchall(f"PRAGMA table_info({table})")}
+
+
+async def check_integrity(db: aiosqlite.Connection) -> None:
+    """The b-trees are sound and both full-text indexes match the messages table."""
+    assert await scalar(db, "PRAGMA integrity_check") == "ok"
+    for index in ("messages_fts", "messages_fts_trigram"):
+        await db.execute(f"INSERT INTO {index}({index}, rank) VALUES ('integrity-check', 1)")
+
+
+def user(text: str) -> UserMessage:
+    return UserMessage(content=text)
+
+
+# -- opening, pragmas, schema -----------------------------------------------------------------
+
+
+async def test_the_file_is_opened_lazily(db_path: Path) -> None:
+    path = anyio.Path(db_path)
+    store = SQLiteSessionStore(db_path)
+    assert not await path.exists()
+    await store.close()  # closing a never-opened store is fine
+    assert not await path.exists()
+    async with SQLiteSessionStore(db_path) as store:
+        assert not await path.exists()
+        await store.create_session("s", "cli")
+        assert await path.exists()
+
+
+async def test_wal_mode_and_schema_version_are_stored(db_path: Path) -> None:
+    async with SQLiteSessionStore(db_path) as store:
+        await store.create_session("s", "cli")
+        async with raw(db_path) as db:
+            assert await scalar(db, "PRAGMA journal_mode") == "wal"
+            assert await scalar(db, "SELECT version FROM schema_version") == SCHEMA_VERSION
+            assert await scalar(db, "SELECT COUNT(*) FROM schema_version") == 1
+            names = {r[0] for r in await db.execute_fetchall("SELECT name FROM sqlite_master")}
+    assert {
+        "sessions",
+        "messages",
+        "system_prompts",
+        "compression_locks",
+        "state_meta",
+        "schema_version",
+        "messages_fts",
+        "messages_fts_trigram",
+        "messages_fts_insert",
+        "messages_fts_delete",
+        "messages_fts_update",
+        "messages_fts_trigram_insert",
+        "messages_fts_trigram_delete",
+        "messages_fts_trigram_update",
+        "idx_sessions_title",
+    } <= names
+
+
+async def test_delete_journal_mode_is_honoured(db_path: Path) -> None:
+    async with SQLiteSessionStore(db_path, journal_mode="delete") as store:
+        await store.create_session("s", "cli")
+        await store.append_message("s", user("rollback journal"))
+        assert [h.session_id for h in await store.search_messages("journal")] == ["s"]
+        async with raw(db_path) as db:
+            assert await scalar(db, "PRAGMA journal_mode") == "delete"
+
+
+async def test_bad_arguments_are_refused(db_path: Path) -> None:
+    with pytest.raises(ValueError, match="journal_mode"):
+        SQLiteSessionStore(db_path, journal_mode="memory")
+    with pytest.raises(ValueError):
+        SQLiteSessionStore(db_path, retry_budget_seconds=-1)
+
+
+async def test_migration_from_an_older_version_adds_columns(db_path: Path) -> None:
+    # A database from before versioning: fewer columns, no FTS, no schema_version table.
+    async with raw(db_path) as db:
+        await db.executescript(
+            """
+            CREATE TABLE sessions (
+                id TEXT PRIMARY KEY, source TEXT NOT NULL, started_at REAL NOT NULL,
+                model TEXT, message_count INTEGER NOT NULL DEFAULT 0,
+                tool_call_count INTEGER NOT NULL DEFAULT 0
+            );
+            CREATE TABLE messages (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                session_id TEXT NOT NULL REFERENCES sessions(id),
+                role TEXT NOT NULL, content TEXT, tool_call_id TEXT, tool_calls TEXT,
+                tool_name TEXT, timestamp REAL NOT NULL, reasoning TEXT,
+                active INTEGER NOT NULL DEFAULT 1
+            );
+            INSERT INTO sessions VALUES ('old', 'cli', 1000.0, 'm0', 4, 1);
+            INSERT INTO messages (session_id, role, content, timestamp)
+                VALUES ('old', 'user', 'legacy question about walruses', 1001.0);
+            INSERT INTO messages
+                (session_id, role, content, tool_calls, reasoning, timestamp)
+                VALUES ('old', 'assistant', NULL,
+                        '[{"id": "c1", "type": "function",
+                           "function": {"name": "read_file", "arguments": "{}"}}]',
+                        'thinking it over', 1002.0);
+            INSERT INTO messages (session_id, role, content, tool_call_id, tool_name, timestamp)
+                VALUES ('old', 'tool', 'file body', 'c1', 'read_file', 1003.0);
+            INSERT INTO messages (session_id, role, content, timestamp)
+                VALUES ('old', 'user',
+                        char(0) || 'json:[{"type": "text", "text": "describe this"}]', 1004.0);
+            """
+        )
+    async with SQLiteSessionStore(db_path) as store:
+        conversation = await store.get_conversation("old")
+        assert conversation == [
+            user("legacy question about walruses"),
+            AssistantMessage(
+                reasoning="thinking it over",
+                tool_calls=(ToolCall(id="c1", name="read_file", arguments="{}"),),
+            ),
+            ToolMessage(tool_call_id="c1", content="file body", name="read_file"),
+            UserMessage(content=({"type": "text", "text": "describe this"},)),
+        ]
+        info = await store.get_session("old")
+        assert info is not None and (info.model, info.message_count) == ("m0", 4)
+        assert [h.session_id for h in await store.search_messages("walruses")] == ["old"]
+        assert [h.session_id for h in await store.search_messages("alrus")] == ["old"]
+        new_id = await store.append_message("old", user("a new message"))
+        assert new_id == 5
+        async with raw(db_path) as db:
+            assert await scalar(db, "SELECT version FROM schema_version") == SCHEMA_VERSION
+            assert {"message_json", "origin_id", "compacted", "reasoning_details"} <= await columns(
+                db, "messages"
+            )
+            assert {"system_prompt_hash", "title", "origin_json", "input_tokens"} <= await columns(
+                db, "sessions"
+            )
+            await check_integrity(db)
+
+
+async def test_a_newer_schema_is_refused(db_path: Path) -> None:
+    async with SQLiteSessionStore(db_path) as store:
+        await store.create_session("s", "cli")
+    async with raw(db_path) as db:
+        await db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
+    async with SQLiteSessionStore(db_path) as store:
+        with pytest.raises(SessionStoreError, match="newer"):
+            await store.get_session("s")
+
+
+async def test_read_only_needs_an_existing_current_database(db_path: Path) -> None:
+    async with SQLiteSessionStore(db_path, read_only=True) as reader:
+        with pytest.raises(SessionStoreError):
+            await reader.get_session("s")
+    assert not await anyio.Path(db_path).exists()
+    async with raw(db_path) as db:
+        await db.execute("CREATE TABLE unrelated (x)")
+    async with SQLiteSessionStore(db_path, read_only=True) as reader:
+        with pytest.raises(SessionStoreError, match="no Hermes session schema"):
+            await reader.search_sessions()
+
+
+async def test_async_with_and_idempotent_close(db_path: Path) -> None:
+    async with SQLiteSessionStore(db_path) as store:
+        await store.create_session("s", "cli")
+    await store.close()
+    with pytest.raises(StoreClosed):
+        await store.get_session("s")
+    with pytest.raises(StoreClosed):
+        async with store:
+            pass
+
+
+# -- full-text search ---------------------------------------------------------------------
+
+
+async def test_fts_stays_in_sync_on_update_and_delete(db_path: Path) -> None:
+    async with SQLiteSessionStore(db_path) as store:
+        await store.create_session("s", "cli")
+        first, second, tool = await store.append_messages(
+            "s",
+            [
+                user("the original wording"),
+                AssistantMessage(content="another reply"),
+                ToolMessage(tool_call_id="c", content="tool output", name="grep"),
+            ],
+        )
+        async with raw(db_path) as db:
+            await db.execute(
+                "UPDATE messages SET content = 'replacement phrasing' WHERE id = ?", (first,)
+            )
+            await db.execute("DELETE FROM messages WHERE id = ?", (second,))
+            await db.execute("UPDATE messages SET tool_name = 'ripgrep' WHERE id = ?", (tool,))
+            await check_integrity(db)
+        assert await store.search_messages("original") == []
+        assert [h.id for h in await store.search_messages("replacement")] == [first]
+        assert [h.id for h in await store.search_messages("placemen")] == [first]  # trigram
+        assert await store.search_messages("another") == []
+        assert await store.search_messages("grep") == []
+        assert [h.id for h in await store.search_messages("ripgrep")] == [tool]
+
+        await store.archive_and_compact("s", [user("compacted summary")])
+        await store.replace_messages("s", [user("brand new transcript")])
+        assert await store.search_messages("replacement") == []
+        await store.create_session("t", "cli")
+        await store.append_message("t", user("survivor text"))
+        await store.delete_session("s")
+        assert await store.search_messages("transcript") == []
+        async with raw(db_path) as db:
+            await check_integrity(db)
+            assert await scalar(db, "SELECT COUNT(*) FROM messages_fts") == 1
+
+
+async def test_trigram_finds_fragments_and_cjk_but_not_tool_rows(db_path: Path) -> None:
+    async with SQLiteSessionStore(db_path) as store:
+        await store.create_session("s", "cli")
+        said, cjk, _ = await store.append_messages(
+            "s",
+            [
+                user("measured the throughput"),
+                user("日本語のテキストです"),
+                ToolMessage(tool_call_id="c", content="output of the tool", name="t"),
+            ],
+        )
+        [hit] = await store.search_messages("ughpu")
+        assert hit.id == said and ">>>ughpu<<<" in hit.snippet
+        assert [h.id for h in await store.search_messages("テキスト")] == [cjk]
+        assert [h.role for h in await store.search_messages("output")] == ["tool"]
+
+
+async def test_a_failing_match_raises_instead_of_finding_nothing(db_path: Path) -> None:
+    async with SQLiteSessionStore(db_path) as store:
+        await store.create_session("s", "cli")
+        await store.append_message("s", user("findable words"))
+        async with raw(db_path) as db:
+            await db.executescript(
+                "DROP TRIGGER messages_fts_insert; DROP TRIGGER messages_fts_delete; "
+                "DROP TRIGGER messages_fts_update; DROP TABLE messages_fts;"
+            )
+        with pytest.raises(SessionStoreError, match="search_messages"):
+            await store.search_messages("findable")
+
+
+# -- locking and durability ---------------------------------------------------------------
+
+
+async def test_a_held_write_lock_fails_the_write_after_the_budget(db_path: Path) -> None:
+    async with SQLiteSessionStore(db_path, busy_timeout_ms=20, retry_budget_seconds=0.3) as store:
+        await store.create_session("s", "cli")
+        await store.append_message("s", user("before"))
+        async with raw(db_path) as blocker:
+            await blocker.execute("BEGIN IMMEDIATE")
+            started = time.monotonic()
+            with pytest.raises(SessionStoreError, match="locked") as caught:
+                await store.append_message("s", user("lost"))
+            elapsed = time.monotonic() - started
+            assert isinstance(caught.value.__cause__, aiosqlite.OperationalError)
+            assert 0.25 <= elapsed < 3.0
+            # WAL readers do not wait for the writer.
+            info = await store.get_session("s")
+            assert info is not None and info.message_count == 1
+            await blocker.execute("ROLLBACK")
+        await store.append_message("s", user("after"))
+        assert [m.content for m in await store.get_conversation("s")] == ["before", "after"]
+
+
+async def test_a_briefly_held_lock_is_waited_out(db_path: Path) -> None:
+    async with SQLiteSessionStore(db_path, busy_timeout_ms=20, retry_budget_seconds=10) as store:
+        await store.create_session("s", "cli")
+        async with raw(db_path) as blocker:
+            await blocker.execute("BEGIN IMMEDIATE")
+
+            async def release_soon() -> None:
+                await anyio.sleep(0.3)
+                await blocker.execute("ROLLBACK")
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(release_soon)
+                await store.append_message("s", user("patient"))
+        assert [m.content for m in await store.get_conversation("s")] == ["patient"]
+
+
+async def test_twenty_concurrent_writers_lose_no_message(db_path: Path) -> None:
+    writers, per_writer = 20, 10
+    async with SQLiteSessionStore(db_path) as first:
+        await first.create_session("shared", "cli")
+    stores = [SQLiteSessionStore(db_path) for _ in range(writers)]
+
+    async def write(store: SQLiteSessionStore, n: int) -> None:
+        await store.create_session(f"own{n}", "cli")
+        for i in range(per_writer):
+            await store.append_message("shared", user(f"writer {n} message {i}"))
+            await store.append_message(f"own{n}", user(f"mine {i}"))
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for n, store in enumerate(stores):
+                tg.start_soon(write, store, n)
+    finally:
+        for store in stores:
+            await store.close()
+
+    async with SQLiteSessionStore(db_path, read_only=True) as reader:
+        shared = await reader.get_conversation("shared")
+        assert len(shared) == writers * per_writer
+        for n in range(writers):
+            mine = [m.content for m in shared if str(m.content).startswith(f"writer {n} ")]
+            assert mine == [f"writer {n} message {i}" for i in range(per_writer)]
+            own = await reader.get_conversation(f"own{n}")
+            assert [m.content for m in own] == [f"mine {i}" for i in range(per_writer)]
+        info = await reader.get_session("shared")
+        assert info is not None and info.message_count == writers * per_writer
+    async with raw(db_path) as db:
+        await check_integrity(db)
+
+
+async def test_a_passive_checkpoint_runs_every_fifty_writes(db_path: Path) -> None:
+    async with SQLiteSessionStore(db_path) as store:
+        await store.create_session("s", "cli")  # write 1
+        conn = await store._connection()
+        statements: list[str] = []
+        await conn.set_trace_callback(statements.append)
+        for i in range(99):  # writes 2..100
+            await store.append_message("s", user(str(i)))
+        checkpoints = sum("wal_checkpoint(PASSIVE)" in s for s in statements)
+    assert checkpoints == 2
+
+
+_CHILD = """
+import sys
+
+import anyio
+
+from hermes_adapters.sessions.sqlite import SQLiteSessionStore
+from hermes_core.messages import UserMessage
+
+
+async def main(path: str) -> None:
+    async with SQLiteSessionStore(path) as store:
+        await store.create_session("victim", "cli")
+        i = 0
+        while True:
+            ids = await store.append_messages(
+                "victim",
+                [UserMessage(content=f"first {i} " + "x" * 4000), UserMessage(content=f"second {i}")],
+            )
+            print(*ids, flush=True)  # only after the transaction committed
+            i += 1
+
+
+anyio.run(main, sys.argv[1])
+"""
+
+
+async def test_a_killed_writer_leaves_every_committed_message(db_path: Path) -> None:
+    committed: list[int] = []
+    async with await anyio.open_process(
+        [sys.executable, "-c", _CHILD, str(db_path)], stdout=subprocess.PIPE
+    ) as process:
+        assert process.stdout is not None
+        lines = BufferedByteReceiveStream(process.stdout)
+        with anyio.fail_after(20):
+            while len(committed) < 80:
+                line = await lines.receive_until(b"\n", 4096)
+                committed += [int(token) for token in line.split()]
+        process.kill()  # SIGKILL: no cleanup, most likely in the middle of a transaction
+        await process.wait()
+    assert process.returncode == -signal.SIGKILL
+
+    async with raw(db_path) as db:
+        await check_integrity(db)
+    async with SQLiteSessionStore(db_path) as store:
+        stored = await store.get_messages("victim")
+        ids = {m.id for m in stored}
+        assert set(committed) <= ids
+        assert len(stored) % 2 == 0  # batches are all or nothing
+        info = await store.get_session("victim")
+        assert info is not None and info.message_count == len(stored)
+        await store.append_message("victim", user("life goes on"))
