@@ -21,22 +21,8 @@ from hermes_core.testing.sessions import PromptCounter, StoreFactory
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
-MEMORY_GAPS: dict[str, str] = {
-    "test_every_identity_field_round_trips": (
-        "InMemorySessionStore refuses origin_json, which the port's IDENTITY_FIELDS and "
-        "REFERENCE.md §2 accept"
-    ),
-}
-"""Contract tests the fake fails today; strict, so a fix shows up as XPASS to delete here."""
-
 
 class TestInMemorySessionStore(SessionStoreContract):
-    @pytest.fixture(autouse=True)
-    def _known_gaps(self, request: pytest.FixtureRequest) -> None:
-        reason = MEMORY_GAPS.get(request.node.originalname)
-        if reason is not None:
-            request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
-
     @pytest.fixture
     async def store(self) -> AsyncIterator[InMemorySessionStore]:
         store = InMemorySessionStore()
@@ -45,27 +31,17 @@ class TestInMemorySessionStore(SessionStoreContract):
 
     @pytest.fixture
     def make_store(self, store: InMemorySessionStore) -> StoreFactory:
-        """A second store over the same dicts: what reopening the file is for SQLite.
-
-        The fake has no public way to share its data, so this reaches into it; the twin
-        copies the id counter when made, so only one of the two may write at a time.
-        """
+        """A second handle on the same data: what reopening the file is for SQLite."""
 
         async def make(read_only: bool = False) -> SessionStore:
-            twin = InMemorySessionStore(read_only=read_only)
-            twin._sessions = store._sessions
-            twin._rows = store._rows
-            twin._prompts = store._prompts
-            twin._locks = store._locks
-            twin._last_id = store._last_id
-            return twin
+            return store.reopen(read_only=read_only)
 
         return make
 
     @pytest.fixture
     def prompt_counter(self, store: InMemorySessionStore) -> PromptCounter:
         async def count() -> int:
-            return store._prompt_count()
+            return store.prompt_count()
 
         return count
 

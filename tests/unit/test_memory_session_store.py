@@ -418,23 +418,23 @@ async def test_append_after_compression_end_is_refused(store: InMemorySessionSto
 async def test_system_prompts_are_deduplicated_and_collected(store: InMemorySessionStore) -> None:
     await store.create_session("a", "cli", system_prompt="You are Hermes.")
     await store.create_session("b", "cli", system_prompt="You are Hermes.")
-    assert store._prompt_count() == 1
+    assert store.prompt_count() == 1
 
     await store.create_session("a", "cli", system_prompt="ignored: hash already set")
-    assert store._prompt_count() == 1
+    assert store.prompt_count() == 1
 
     await store.update_system_prompt("a", "Version two.")
-    assert store._prompt_count() == 2
+    assert store.prompt_count() == 2
     await store.update_system_prompt("b", "Version two.")
-    assert store._prompt_count() == 1
+    assert store.prompt_count() == 1
     a, b = await store.get_session("a"), await store.get_session("b")
     assert a is not None and b is not None
     assert a.system_prompt == b.system_prompt == "Version two."
 
     await store.delete_session("a")
-    assert store._prompt_count() == 1
+    assert store.prompt_count() == 1
     await store.delete_session("b")
-    assert store._prompt_count() == 0
+    assert store.prompt_count() == 0
 
 
 # -- delete ---------------------------------------------------------------------------------
@@ -664,7 +664,7 @@ async def test_publish_compression_child(store: InMemorySessionStore, clock: Fak
     assert dict(child.model_config) == {"k": 1}
     assert child.identity == {"chat_id": "c", "cwd": "/w"}
     assert child.message_count == 3
-    assert store._prompt_count() == 1
+    assert store.prompt_count() == 1
     with pytest.raises(SessionClosedForAppend):
         await store.append_message("p", user("late"))
     with pytest.raises(SessionClosedForAppend):

@@ -46,27 +46,28 @@ from hermes_core.messages import (
     message_to_dict,
     text_of,
 )
-from hermes_core.ports.sessions import SearchHit, SessionInfo, SortOrder, StoredMessage
+from hermes_core.ports.sessions import (
+    IDENTITY_FIELDS,
+    SearchHit,
+    SessionInfo,
+    SortOrder,
+    StoredMessage,
+)
 
 __all__ = ["IDENTITY_FIELDS", "InMemorySessionStore", "new_session_id"]
 
-IDENTITY_FIELDS: tuple[str, ...] = (
+
+_WORKSPACE_FIELDS = ("cwd", "git_branch", "git_repo_root", "profile_name")
+"""Inherited by every child from its parent."""
+_CHAT_FIELDS = (
     "user_id",
     "session_key",
     "chat_id",
     "chat_type",
     "thread_id",
     "display_name",
-    "cwd",
-    "git_branch",
-    "git_repo_root",
-    "profile_name",
+    "origin_json",
 )
-"""The identity fields a session may carry (``SessionInfo.identity``)."""
-
-_WORKSPACE_FIELDS = ("cwd", "git_branch", "git_repo_root", "profile_name")
-"""Inherited by every child from its parent."""
-_CHAT_FIELDS = ("user_id", "session_key", "chat_id", "chat_type", "thread_id", "display_name")
 """Inherited by a compression child from its parent, on top of the workspace fields."""
 _SESSION_FIELDS = ("model", "model_config", "system_prompt", "parent_session_id")
 _FORK_MARKERS = ("_branched_from", "_delegate_from", "_reset_from")
@@ -269,6 +270,17 @@ def _repair(messages: list[Message]) -> list[Message]:
 # -- the store ---------------------------------------------------------------------------
 
 
+@dataclass
+class _Shared:
+    """The data behind one or more handles (see :meth:`InMemorySessionStore.reopen`)."""
+
+    sessions: dict[str, _Session] = field(default_factory=dict)
+    rows: dict[str, list[_Row]] = field(default_factory=dict)
+    prompts: dict[str, str] = field(default_factory=dict)
+    locks: dict[str, _Lock] = field(default_factory=dict)
+    last_id: int = 0
+
+
 class InMemorySessionStore:
     """A :class:`~hermes_core.ports.SessionStore` held in memory.
 
@@ -278,15 +290,25 @@ class InMemorySessionStore:
             inject one to test lock expiry or ordering without sleeping.
     """
 
-    def __init__(self, read_only: bool = False, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        read_only: bool = False,
+        clock: Callable[[], float] = time.time,
+        *,
+        _shared: _Shared | None = None,
+    ) -> None:
         self._read_only = read_only
         self._clock = clock
         self._closed = False
-        self._last_id = 0
-        self._sessions: dict[str, _Session] = {}
-        self._rows: dict[str, list[_Row]] = {}
-        self._prompts: dict[str, str] = {}
-        self._locks: dict[str, _Lock] = {}
+        self._shared = _shared or _Shared()
+        self._sessions: dict[str, _Session] = self._shared.sessions
+        self._rows: dict[str, list[_Row]] = self._shared.rows
+        self._prompts: dict[str, str] = self._shared.prompts
+        self._locks: dict[str, _Lock] = self._shared.locks
+
+    def reopen(self, *, read_only: bool = False) -> InMemorySessionStore:
+        """Another handle on the same data, as reopening a database file gives."""
+        return InMemorySessionStore(read_only, self._clock, _shared=self._shared)
 
     async def __aenter__(self) -> InMemorySessionStore:
         self._check_open()
@@ -325,8 +347,8 @@ class InMemorySessionStore:
             )
 
     def _next_id(self) -> int:
-        self._last_id += 1
-        return self._last_id
+        self._shared.last_id += 1
+        return self._shared.last_id
 
     def _insert(
         self,
@@ -363,7 +385,7 @@ class InMemorySessionStore:
         for digest in [d for d in self._prompts if d not in used]:
             del self._prompts[digest]
 
-    def _prompt_count(self) -> int:
+    def prompt_count(self) -> int:
         """How many distinct system prompts are stored (for tests of dedup and GC)."""
         return len(self._prompts)
 

@@ -5,7 +5,9 @@ fixtures it names, and your adapter is held to the same behaviour as ours. This 
 one place in ``hermes_core`` that imports pytest.
 """
 
+from hermes_core.testing.llm import ChatModelContract
+from hermes_core.testing.memory import MemoryStoreContract
 from hermes_core.testing.sessions import SessionStoreContract
 from hermes_core.testing.tools import ToolContract
 
-__all__ = ["SessionStoreContract", "ToolContract"]
+__all__ = ["ChatModelContract", "MemoryStoreContract", "SessionStoreContract", "ToolContract"]
