@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import anyio
 import anyio.lowlevel
@@ -13,6 +14,16 @@ import pytest
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def isolated_hermes_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Every test gets its own HERMES_HOME, so nothing reads or writes ~/.hermes."""
+    home = tmp_path_factory.mktemp("hermes_home")
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    return home
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -38,7 +37,6 @@ async def _demo(args: argparse.Namespace) -> int:
     home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="hermes-demo-"))
     workspace = home / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("HERMES_HOME", str(home))
     db_path = home / "state.db"
     print(f"HERMES_HOME: {home}")
     print(f"You: {DEMO_PROMPT}\n")
@@ -51,6 +49,7 @@ async def _demo(args: argparse.Namespace) -> int:
             trajectories=JsonlTrajectorySink(home),
             workspace=workspace,
             on_event=_print_event,
+            home=home,
         )
         async with agent:
             result = await agent.run_conversation(DEMO_PROMPT)

@@ -1,35 +1,179 @@
-"""``AIAgent``: the familiar public API, built through the container.
+"""``AIAgent`` and ``build_agent``: the familiar public API, built through the container.
 
-The constructor only stores its arguments; the model, the store and the tools are opened
-on ``__aenter__`` or the first turn, so constructing an agent never touches the network or
-the disk. Everything the facade opens it owns and closes in ``close()``; a store passed in
-by the host (``session_db=``) is borrowed and left open.
+The constructor only stores its arguments; configuration is read and the model, store,
+memory and tools are opened on ``__aenter__`` or the first turn, so constructing an agent
+never touches the network or the disk. Everything the facade opens it owns and closes in
+``close()`` (the container's resources in reverse order); a store passed in by the host
+(``session_db=``) is borrowed and left open.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import os
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import anyio
 
-from hermes_bootstrap.container import build_container, resolve
+from hermes_bootstrap.config import hermes_home, load_config
+from hermes_bootstrap.container import HermesContainer, build_container, resolve
+from hermes_bootstrap.profiles import ProfileName, resolve_settings
 from hermes_bootstrap.tools import build_tools
 from hermes_core.agent import Agent, AgentSettings, StreamCallback
 from hermes_core.events import TurnEvent
 from hermes_core.messages import Message
 from hermes_core.ports.llm import ChatModel
+from hermes_core.ports.memory import MemoryStore
 from hermes_core.ports.sessions import SessionStore
 from hermes_core.ports.tools import Tool
 from hermes_core.ports.trajectories import TrajectorySink
 
-__all__ = ["AIAgent"]
+__all__ = ["AIAgent", "AgentOptions", "build_agent", "open_agent"]
+
+
+@dataclass
+class AgentOptions:
+    """Everything ``AIAgent`` accepts, as one value (``None`` = from config/profile)."""
+
+    provider: str | None = None
+    model: str | None = None
+    api_key: str | None = None
+    base_url: str | None = None
+    enabled_toolsets: Sequence[str] | None = None
+    disabled_toolsets: Sequence[str] | None = None
+    max_iterations: int | None = None
+    session_db: SessionStore | None = None
+    session_id: str | None = None
+    save_trajectories: bool = False
+    skip_context_files: bool | None = None
+    skip_memory: bool | None = None
+    reasoning_config: Mapping[str, Any] | None = None
+    max_tokens: int | None = None
+    clarify_callback: Any = None
+    stream_callback: StreamCallback | None = None
+    profile: ProfileName = "local"
+    home: str | os.PathLike[str] | None = None
+    chat_model: ChatModel | None = None
+    memory: MemoryStore | None = None
+    tools: Sequence[Tool] = ()
+    workspace: str | os.PathLike[str] | None = None
+    trajectories: TrajectorySink | None = None
+    approval_callback: Any = None
+    on_event: Callable[[TurnEvent], None] | None = None
+    system_prompt: str | None = None
+    environ: Mapping[str, str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Shutdown:
+    """Closes the container's opened resources when the agent closes."""
+
+    def __init__(self, container: HermesContainer) -> None:
+        self._container = container
+
+    async def aclose(self) -> None:
+        await resolve(self._container.shutdown_resources())
+
+
+async def open_agent(options: AgentOptions) -> Agent:
+    """Build a ``hermes_core.Agent`` from config, profile and explicit options.
+
+    The returned agent owns what was opened for it; ``await agent.close()`` releases it.
+
+    Raises:
+        ConfigError: the config file or the options are invalid.
+        ModelAuthError: the chosen provider has no usable key.
+    """
+    home = hermes_home(options.home)
+    config = load_config(home)
+    resolved = resolve_settings(
+        config,
+        home=home,
+        profile=options.profile,
+        provider=options.provider if options.chat_model is None else "script",
+        model=options.model,
+        api_key=options.api_key,
+        base_url=options.base_url,
+        enabled_toolsets=options.enabled_toolsets,
+        disabled_toolsets=options.disabled_toolsets,
+        skip_memory=options.skip_memory,
+        skip_context_files=options.skip_context_files,
+        max_iterations=options.max_iterations,
+        environ=options.environ,
+    )
+    container = build_container(resolved.container)
+    owned: list[Any] = [_Shutdown(container)]
+    try:
+        model = options.chat_model
+        if model is None:
+            model = await resolve(container.model())
+            owned.append(model)
+        sessions = options.session_db
+        if sessions is None:
+            sessions = await resolve(container.sessions())
+        memory = options.memory
+        if memory is None and not resolved.skip_memory:
+            memory = await resolve(container.memory())
+        built = await build_tools(
+            enabled=resolved.enabled_toolsets,
+            disabled=resolved.disabled_toolsets,
+            workspace=Path(options.workspace) if options.workspace is not None else None,
+            extra=options.tools,
+        )
+    except BaseException:
+        for resource in reversed(owned):
+            with anyio.CancelScope(shield=True):
+                await resource.aclose()
+        raise
+    owned.extend(built.owned)
+    settings = AgentSettings(
+        max_iterations=resolved.max_iterations,
+        max_tokens=options.max_tokens,
+        reasoning=options.reasoning_config,
+        skip_memory=resolved.skip_memory,
+        save_trajectories=options.save_trajectories,
+        identity=options.system_prompt,
+        tool_timeout=config.agent.tool_timeout,
+        max_tool_workers=config.agent.max_tool_workers,
+        sampling=config.sampling,
+    )
+    return Agent(
+        model,
+        built.registry,
+        sessions=sessions,
+        memory=memory,
+        trajectories=options.trajectories,
+        settings=settings,
+        clarifier=options.clarify_callback,
+        approver=options.approval_callback,
+        session_id=options.session_id,
+        on_event=options.on_event,
+        stream_callback=options.stream_callback,
+        owned=owned,
+    )
+
+
+@asynccontextmanager
+async def build_agent(profile: ProfileName = "local", **overrides: Any) -> AsyncIterator[Agent]:
+    """``async with build_agent("service", model=...) as agent:`` — opened and closed."""
+    agent = await open_agent(AgentOptions(profile=profile, **overrides))
+    try:
+        yield agent
+    finally:
+        with anyio.CancelScope(shield=True):
+            await agent.close()
 
 
 class AIAgent:
-    """An agent configured by name: provider, model, toolsets, store."""
+    """An agent configured by name: provider, model, toolsets, store.
+
+    Arguments are those of :class:`AgentOptions`; the first sixteen are positional in the
+    order Hermes users know.
+    """
 
     def __init__(
         self,
@@ -39,48 +183,37 @@ class AIAgent:
         base_url: str | None = None,
         enabled_toolsets: Sequence[str] | None = None,
         disabled_toolsets: Sequence[str] | None = None,
-        max_iterations: int = 90,
+        max_iterations: int | None = None,
         session_db: SessionStore | None = None,
         session_id: str | None = None,
         save_trajectories: bool = False,
-        skip_context_files: bool = False,
-        skip_memory: bool = False,
+        skip_context_files: bool | None = None,
+        skip_memory: bool | None = None,
         reasoning_config: Mapping[str, Any] | None = None,
         max_tokens: int | None = None,
         clarify_callback: Any = None,
         stream_callback: StreamCallback | None = None,
-        *,
-        chat_model: ChatModel | None = None,
-        tools: Sequence[Tool] = (),
-        workspace: str | Path | None = None,
-        trajectories: TrajectorySink | None = None,
-        approval_callback: Any = None,
-        on_event: Callable[[TurnEvent], None] | None = None,
-        system_prompt: str | None = None,
+        **extra: Any,
     ) -> None:
-        self.provider = provider or ("scripted" if chat_model is None else chat_model.provider)
-        self.model = model or "hermes-demo"
-        self.api_key = api_key
-        self.base_url = base_url
-        self.enabled_toolsets = list(enabled_toolsets) if enabled_toolsets is not None else None
-        self.disabled_toolsets = list(disabled_toolsets or ())
-        self.max_iterations = max_iterations
-        self.session_db = session_db
-        self.session_id = session_id
-        self.save_trajectories = save_trajectories
-        self.skip_context_files = skip_context_files
-        self.skip_memory = skip_memory
-        self.reasoning_config = reasoning_config
-        self.max_tokens = max_tokens
-        self.clarify_callback = clarify_callback
-        self.stream_callback = stream_callback
-        self.approval_callback = approval_callback
-        self.on_event = on_event
-        self.system_prompt = system_prompt
-        self.workspace = Path(workspace) if workspace is not None else None
-        self._chat_model = chat_model
-        self._extra_tools = list(tools)
-        self._trajectories = trajectories
+        self.options = AgentOptions(
+            provider=provider,
+            model=model,
+            api_key=api_key,
+            base_url=base_url,
+            enabled_toolsets=enabled_toolsets,
+            disabled_toolsets=disabled_toolsets,
+            max_iterations=max_iterations,
+            session_db=session_db,
+            session_id=session_id,
+            save_trajectories=save_trajectories,
+            skip_context_files=skip_context_files,
+            skip_memory=skip_memory,
+            reasoning_config=reasoning_config,
+            max_tokens=max_tokens,
+            clarify_callback=clarify_callback,
+            stream_callback=stream_callback,
+            **extra,
+        )
         self._agent: Agent | None = None
         self._open_lock = anyio.Lock()
         self._closed = False
@@ -102,56 +235,17 @@ class AIAgent:
             if self._closed:
                 raise RuntimeError("this AIAgent is closed; create a new one")
             if self._agent is None:
-                self._agent = await self._build()
+                self._agent = await open_agent(self.options)
             return self._agent
-
-    async def _build(self) -> Agent:
-        owned: list[Any] = []
-        backend = "memory" if self.session_id is not None and self.session_db is None else "none"
-        llm = "demo" if self.provider == "scripted" else self.provider
-        container = build_container(llm=llm, model=self.model, store=backend)
-        model = self._chat_model
-        if model is None:
-            model = await resolve(container.model())
-            owned.append(model)
-        sessions = self.session_db
-        if sessions is None:
-            sessions = await resolve(container.sessions())
-            if sessions is not None:
-                owned.append(_Closing(sessions))
-        built = await build_tools(
-            enabled=self.enabled_toolsets,
-            disabled=self.disabled_toolsets,
-            workspace=self.workspace,
-            extra=self._extra_tools,
-        )
-        owned.extend(built.owned)
-        settings = AgentSettings(
-            max_iterations=self.max_iterations,
-            max_tokens=self.max_tokens,
-            reasoning=self.reasoning_config,
-            skip_memory=self.skip_memory,
-            save_trajectories=self.save_trajectories,
-            identity=self.system_prompt,
-        )
-        return Agent(
-            model,
-            built.registry,
-            sessions=sessions,
-            trajectories=self._trajectories,
-            settings=settings,
-            clarifier=self.clarify_callback,
-            approver=self.approval_callback,
-            session_id=self.session_id,
-            on_event=self.on_event,
-            stream_callback=self.stream_callback,
-            owned=owned,
-        )
 
     @property
     def core(self) -> Agent | None:
         """The ``hermes_core.Agent`` behind the facade, once opened."""
         return self._agent
+
+    @property
+    def session_id(self) -> str | None:
+        return self._agent.session_id if self._agent else self.options.session_id
 
     async def run_conversation(
         self,
@@ -162,11 +256,9 @@ class AIAgent:
         stream_callback: StreamCallback | None = None,
     ) -> dict[str, Any]:
         agent = await self._open()
-        result = await agent.run_conversation(
+        return await agent.run_conversation(
             user_message, system_message, conversation_history, task_id, stream_callback
         )
-        self.session_id = agent.session_id
-        return result
 
     async def chat(self, message: str) -> str:
         agent = await self._open()
@@ -183,13 +275,3 @@ class AIAgent:
             agent, self._agent = self._agent, None
         if agent is not None:
             await agent.close()
-
-
-class _Closing:
-    """Adapts a store's ``close()`` to the ``aclose()`` the agent calls on owned things."""
-
-    def __init__(self, store: SessionStore) -> None:
-        self._store = store
-
-    async def aclose(self) -> None:
-        await self._store.close()
