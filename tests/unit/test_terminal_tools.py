@@ -7,9 +7,10 @@ when the container's init does not reap orphans, and a zombie runs nothing, so o
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,15 @@ async def until(predicate: Callable[[], bool], within: float = 5.0) -> None:
     with anyio.fail_after(within):
         while True:
             if predicate():
+                return
+            await anyio.sleep(0.01)
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], within: float = 5.0) -> None:
+    """Like :func:`until`, for a check that has to await (a tool call, say)."""
+    with anyio.fail_after(within):
+        while True:
+            if await check():
                 return
             await anyio.sleep(0.01)
 
@@ -349,15 +359,17 @@ async def test_a_background_group_outlives_its_shell_until_killed(
     assert not is_running(kid)
 
 
-async def test_write_submit_and_close(
-    term: TerminalTool, proc: ProcessTool, registry: ProcessRegistry
-) -> None:
+async def test_write_submit_and_close(term: TerminalTool, proc: ProcessTool) -> None:
     sid = await start(term, "cat")
     written = data(await proc({"action": "write", "session_id": sid, "data": "hel"}, ctx()))
     assert written["bytes_written"] == 3
     await proc({"action": "submit", "session_id": sid, "data": "lo"}, ctx())
-    entry = registry.find(sid)
-    await until(lambda: entry.output.text == "hello\n")
+
+    async def echoed() -> bool:
+        polled = data(await proc({"action": "poll", "session_id": sid}, ctx()))
+        return bool(polled["output_tail"] == "hello\n")
+
+    await eventually(echoed)
     await proc({"action": "close", "session_id": sid}, ctx())
     waited = data(await proc({"action": "wait", "session_id": sid, "timeout": 5}, ctx()))
     assert (waited["status"], waited["exit_code"], waited["output"]) == ("exited", 0, "hello\n")
@@ -393,11 +405,95 @@ async def test_session_ids_prefixes_and_errors(term: TerminalTool, proc: Process
     assert unknown.is_error
 
 
-async def test_background_needs_an_open_registry(workspace: Path) -> None:
-    term = TerminalTool(ProcessRegistry(), workspace_root=workspace)
+async def test_a_closed_registry_refuses_background_commands(workspace: Path) -> None:
+    registry = ProcessRegistry()
+    await registry.aclose()
+    assert not registry.is_open
+    term = TerminalTool(registry, workspace_root=workspace)
     result = await term({"command": "sleep 1", "background": True}, ctx())
     assert result.is_error
-    assert "registry is not running" in data(result)["error"]
+    assert "registry is closed" in data(result)["error"]
+    with pytest.raises(RuntimeError, match="closed"):
+        async with registry:
+            pass
+
+
+async def test_registry_needs_no_entering_and_closes_from_another_task(workspace: Path) -> None:
+    """The facade's case: built and used in one task, closed later from another one."""
+    registry = ProcessRegistry(kill_grace=1.0)
+    term = TerminalTool(registry, workspace_root=workspace)
+    proc = ProcessTool(registry)
+    tasks: dict[str, asyncio.Task[Any] | None] = {}
+    started: dict[str, Any] = {}
+
+    async def open_and_start() -> None:
+        tasks["opener"] = asyncio.current_task()
+        command = "sh -c 'sleep 300 & sleep 300 & wait'"
+        args = {"command": command, "background": True}
+        started.update(data(await term(args, ctx(FakeApprover("once")))))  # sh -c asks
+
+    async def close() -> None:
+        tasks["closer"] = asyncio.current_task()
+        await registry.aclose()
+
+    try:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:  # the opening task ends in here
+                tg.start_soon(open_and_start)
+            assert started["status"] == "running"
+            pgid, sid = started["pid"], started["session_id"]
+            await until(lambda: len(live_members(pgid)) >= 3)  # sh and both sleepers
+            polled = data(await proc({"action": "poll", "session_id": sid}, ctx()))
+            assert polled["status"] == "running"
+            log_path = registry.find(sid).log_path
+            assert log_path.exists()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(close)
+        opener, closer = tasks["opener"], tasks["closer"]
+        assert opener is not None and closer is not None
+        assert opener.done() and opener is not closer
+        assert live_members(pgid) == []
+        assert registry.processes()[0].status == "killed"
+        assert not log_path.exists()
+        assert not registry.is_open
+    finally:
+        await registry.aclose()  # idempotent; also cleans up if an assertion failed
+
+
+async def test_background_output_comes_from_a_file_and_keeps_its_bounds(
+    workspace: Path,
+) -> None:
+    async with ProcessRegistry(buffer_chars=100, kill_grace=1.0) as registry:
+        term = TerminalTool(registry, workspace_root=workspace)
+        proc = ProcessTool(registry)
+        sid = await start(term, "echo out; echo err >&2; head -c 1000 /dev/zero | tr '\\0' x")
+        waited = data(await proc({"action": "wait", "session_id": sid, "timeout": 5}, ctx()))
+        assert (waited["status"], waited["exit_code"]) == ("exited", 0)
+        assert waited["output"] == "x" * 100
+        assert waited["output_chars"] == len("out\nerr\n") + 1000
+        log = data(await proc({"action": "log", "session_id": sid}, ctx()))
+        assert log["chars_dropped"] == len("out\nerr\n") + 900
+        entry = registry.find(sid)
+        assert entry.log_path.read_bytes() == b"out\nerr\n" + b"x" * 1000
+        assert entry.log_path.stat().st_mode & 0o077 == 0  # private to this user
+
+        sid = await start(term, "echo one; echo two >&2")
+        waited = data(await proc({"action": "wait", "session_id": sid, "timeout": 5}, ctx()))
+        assert waited["output"] == "one\ntwo\n"
+
+
+async def test_forgotten_processes_take_their_files_with_them(workspace: Path) -> None:
+    async with ProcessRegistry(max_finished=1, kill_grace=1.0) as registry:
+        term = TerminalTool(registry, workspace_root=workspace)
+        proc = ProcessTool(registry)
+        first = await start(term, "true")
+        path = registry.find(first).log_path
+        await proc({"action": "wait", "session_id": first, "timeout": 5}, ctx())
+        second = await start(term, "true")
+        await proc({"action": "wait", "session_id": second, "timeout": 5}, ctx())
+        await start(term, "true")
+        assert first not in [p.session_id for p in registry.processes()]
+        assert not path.exists()
 
 
 async def test_running_processes_are_bounded(workspace: Path) -> None:
