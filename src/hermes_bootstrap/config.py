@@ -99,6 +99,12 @@ class DelegationConfig(_Section):
     max_spawn_depth: int = Field(1, ge=1, le=3)
 
 
+class WebConfig(_Section):
+    search_backend: Literal["tavily", "brave", "searxng", "exa", "firecrawl", "parallel"] | None = (
+        None
+    )
+
+
 class AgentConfig(_Section):
     max_turns: int = Field(90, ge=1)
     tool_timeout: float = Field(300, gt=0)
@@ -116,6 +122,7 @@ class HermesConfig(_Section):
     mcp_servers: dict[str, dict[str, Any]] = Field(default_factory=dict)
     compression: CompressionConfig = Field(default_factory=CompressionConfig)
     security: SecurityConfig = Field(default_factory=SecurityConfig)
+    web: WebConfig = Field(default_factory=WebConfig)
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     delegation: DelegationConfig = Field(default_factory=DelegationConfig)
     toolsets: list[str] | None = None

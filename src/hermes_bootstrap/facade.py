@@ -18,11 +18,13 @@ from types import TracebackType
 from typing import Any
 
 import anyio
+import anyio.to_thread
 
-from hermes_bootstrap.config import hermes_home, load_config
+from hermes_bootstrap.config import HermesConfig, hermes_home, load_config
 from hermes_bootstrap.container import HermesContainer, build_container, resolve
-from hermes_bootstrap.profiles import ProfileName, resolve_settings
-from hermes_bootstrap.tools import build_tools
+from hermes_bootstrap.context_files import render_context, soul_identity
+from hermes_bootstrap.profiles import ProfileName, Resolved, resolve_settings
+from hermes_bootstrap.tools import ToolOptions, build_tools
 from hermes_core.agent import Agent, AgentSettings, StreamCallback
 from hermes_core.events import TurnEvent
 from hermes_core.messages import Message
@@ -79,15 +81,21 @@ class _Shutdown:
         await resolve(self._container.shutdown_resources())
 
 
-async def open_agent(options: AgentOptions) -> Agent:
-    """Build a ``hermes_core.Agent`` from config, profile and explicit options.
+@dataclass(frozen=True)
+class _Setup:
+    """What is read from disk before anything opens: config, profile, prompt context."""
 
-    The returned agent owns what was opened for it; ``await agent.close()`` releases it.
+    home: Path
+    config: HermesConfig
+    resolved: Resolved
+    workspace: Path | None
+    identity: str | None
+    context: str | None
+    skills_dirs: tuple[Path, ...]
 
-    Raises:
-        ConfigError: the config file or the options are invalid.
-        ModelAuthError: the chosen provider has no usable key.
-    """
+
+def _read_setup(options: AgentOptions) -> _Setup:
+    """The blocking part of opening an agent: small local reads, run in a worker thread."""
     home = hermes_home(options.home)
     config = load_config(home)
     resolved = resolve_settings(
@@ -105,6 +113,29 @@ async def open_agent(options: AgentOptions) -> Agent:
         max_iterations=options.max_iterations,
         environ=options.environ,
     )
+    workspace = Path(options.workspace) if options.workspace is not None else None
+    return _Setup(
+        home=home,
+        config=config,
+        resolved=resolved,
+        workspace=workspace,
+        identity=options.system_prompt or soul_identity(home),
+        context=None if resolved.skip_context_files else render_context(workspace or Path.cwd()),
+        skills_dirs=tuple(Path(d).expanduser() for d in config.skills.external_dirs),
+    )
+
+
+async def open_agent(options: AgentOptions) -> Agent:
+    """Build a ``hermes_core.Agent`` from config, profile and explicit options.
+
+    The returned agent owns what was opened for it; ``await agent.close()`` releases it.
+
+    Raises:
+        ConfigError: the config file or the options are invalid.
+        ModelAuthError: the chosen provider has no usable key.
+    """
+    setup = await anyio.to_thread.run_sync(_read_setup, options)
+    config, resolved, home, workspace = setup.config, setup.resolved, setup.home, setup.workspace
     container = build_container(resolved.container)
     owned: list[Any] = [_Shutdown(container)]
     try:
@@ -121,8 +152,16 @@ async def open_agent(options: AgentOptions) -> Agent:
         built = await build_tools(
             enabled=resolved.enabled_toolsets,
             disabled=resolved.disabled_toolsets,
-            workspace=Path(options.workspace) if options.workspace is not None else None,
+            workspace=workspace,
             extra=options.tools,
+            options=ToolOptions(
+                home=home,
+                skills_dirs=setup.skills_dirs,
+                allow_private_urls=config.security.allow_private_urls,
+                search_backend=config.web.search_backend,
+                delegation=config.delegation.model_dump(),
+                environ=options.environ,
+            ),
         )
     except BaseException:
         for resource in reversed(owned):
@@ -136,7 +175,9 @@ async def open_agent(options: AgentOptions) -> Agent:
         reasoning=options.reasoning_config,
         skip_memory=resolved.skip_memory,
         save_trajectories=options.save_trajectories,
-        identity=options.system_prompt,
+        identity=setup.identity,
+        context=setup.context,
+        skills_index=built.skills_index,
         tool_timeout=config.agent.tool_timeout,
         max_tool_workers=config.agent.max_tool_workers,
         sampling=config.sampling,

@@ -127,6 +127,8 @@ class AgentSettings:
     identity: str | None = None
     context: str | None = None
     """Pre-rendered project context (the bootstrap reads the files)."""
+    skills_index: str | None = None
+    """The skills index for the stable prompt tier (the bootstrap discovers skills)."""
     skip_memory: bool = False
     save_trajectories: bool = False
     source: str = "library"
@@ -370,6 +372,7 @@ class Agent:
         self._prompt = build_system_prompt(
             identity=self.settings.identity,
             tool_names=[s.name for s in self._specs],
+            skills_index=self.settings.skills_index,
             system_message=turn.system_message,
             context=self.settings.context,
             memory=snapshot,

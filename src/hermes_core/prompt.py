@@ -65,6 +65,7 @@ def build_system_prompt(
     *,
     identity: str | None = None,
     tool_names: Iterable[str] = (),
+    skills_index: str | None = None,
     system_message: str | None = None,
     context: str | None = None,
     memory: MemorySnapshot | None = None,
@@ -78,6 +79,8 @@ def build_system_prompt(
         guidance = " ".join(text for name, text in _TOOL_GUIDANCE.items() if name in tools)
         if guidance:
             stable.append(guidance)
+    if skills_index:
+        stable.append(skills_index)
     stable_text = "\n\n".join(stable)
 
     parts = [stable_text]
