@@ -1,0 +1,93 @@
+"""One agent turn end to end over the real HTTP path: Agent -> OpenAIResponsesModel -> socket.
+
+The loopback simulator is a strict stateless Responses server: it rejects unanswered
+function calls and any reasoning item not replayed immediately before the item that
+followed it. So these tests prove the engine and the adapter agree on the transcript
+(the assistant turn the engine stores must carry the reasoning items back unchanged),
+not only that each works alone.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from hermes_adapters.llm.openai_responses import OpenAIResponsesModel
+from hermes_adapters.testing.responses_sim import ResponsesSimulator
+from hermes_core import Agent, FunctionTool, ToolSpec
+from hermes_core.messages import Usage
+from hermes_core.testing.llm import TextReply, ToolCallReply
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leaks")]
+
+
+def _add_tool() -> FunctionTool:
+    async def add(args: dict[str, Any], ctx: Any) -> dict[str, int]:
+        return {"sum": args["a"] + args["b"]}
+
+    spec = ToolSpec(
+        name="add",
+        description="Add two integers.",
+        parameters={
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    )
+    return FunctionTool(spec, add)
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["complete", "stream"])
+async def test_tool_turn_over_loopback(streaming: bool) -> None:
+    sim = ResponsesSimulator()
+    sim.play(
+        ToolCallReply(
+            [("call_1", "add", '{"a": 2, "b": 3}')],
+            text="Let me add.",
+            reasoning="I should use the add tool.",
+            usage=Usage(input_tokens=40, output_tokens=10, cache_read_tokens=8),
+        ),
+        TextReply("2 + 3 = 5.", usage=Usage(input_tokens=60, output_tokens=6)),
+    )
+    chunks: list[str] = []
+    async with sim.serve() as base_url:
+        model = OpenAIResponsesModel("gpt-5", base_url=base_url, api_key="sk-loopback")
+        async with Agent(model, [_add_tool()], owned=[model]) as agent:
+            result = await agent.run_conversation(
+                "What is 2+3?", stream_callback=chunks.append if streaming else None
+            )
+
+    assert result["final_response"] == "2 + 3 = 5."
+    assert result["completed"] is True and result["api_calls"] == 2
+    assert [m["role"] for m in result["messages"]] == ["user", "assistant", "tool", "assistant"]
+    assert result["input_tokens"] == 100 and result["output_tokens"] == 16
+    if streaming:
+        assert "".join(chunks) == "Let me add.2 + 3 = 5."
+
+    first, second = sim.requests
+    assert first.path == "/v1/responses"
+    assert first.headers["authorization"] == "Bearer sk-loopback"
+    assert first.body.get("stream", False) is streaming
+    assert first.body["store"] is False
+    assert first.body["include"] == ["reasoning.encrypted_content"]
+    assert [t["name"] for t in first.body["tools"]] == ["add"]
+    assert isinstance(second.body["instructions"], str) and second.body["instructions"]
+    replayed = second.body["input"]
+    assert [i.get("type", i.get("role")) for i in replayed] == [
+        "user",
+        "reasoning",
+        "message",
+        "function_call",
+        "function_call_output",
+    ]
+    assert replayed[1]["summary"] == [
+        {"type": "summary_text", "text": "I should use the add tool."}
+    ]
+    assert "id" not in replayed[1] and replayed[1]["encrypted_content"]
+    assert replayed[3]["call_id"] == "call_1"
+    assert replayed[4]["call_id"] == "call_1"
+    assert json.loads(replayed[4]["output"]) == {"sum": 5}
+    assert sim.replayed_reasoning(1) == "I should use the add tool."
+    assert sim.pending == 0
