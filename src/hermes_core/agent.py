@@ -28,9 +28,12 @@ from typing import Any, Protocol
 import anyio
 
 from hermes_core.budget import IterationBudget, pressure_note
+from hermes_core.compactor import Compactor
+from hermes_core.compression import CompressionSettings, context_window_for
 from hermes_core.dispatch import PreparedCall, interrupted_result, prepare_calls, run_call
-from hermes_core.errors import HermesError, ModelError
+from hermes_core.errors import ContextTooLong, HermesError, ModelError
 from hermes_core.events import (
+    Compressed,
     ModelRequestStarted,
     ModelResponded,
     StageEntered,
@@ -134,6 +137,8 @@ class AgentSettings:
     source: str = "library"
     sampling: Mapping[str, Any] = field(default_factory=dict)
     date_in_prompt: bool = True
+    compression: CompressionSettings | None = None
+    """``None``: the defaults, with the window of the model's family."""
 
 
 @dataclass(slots=True)
@@ -181,6 +186,7 @@ class Agent:
         stream_callback: StreamCallback | None = None,
         owned: Sequence[_Closeable] = (),
         services: Mapping[str, Any] | None = None,
+        summarizer: ChatModel | None = None,
     ) -> None:
         self.model = model
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
@@ -203,6 +209,12 @@ class Agent:
         self._specs: tuple[ToolSpec, ...] | None = None
         self._session_ready = False
         self._sources_loaded = False
+        self._cache_key = uuid.uuid4().hex
+        compression = self.settings.compression or CompressionSettings(
+            context_window=context_window_for(model.model_name),
+            max_output_tokens=self.settings.max_tokens or 0,
+        )
+        self._compactor = Compactor(compression, summarizer or model)
         self._interrupt: str | None = None
         self._interrupt_requested = False
         self._closed = False
@@ -351,7 +363,7 @@ class Agent:
         turn.start = len(turn.transcript)
         turn.add(UserMessage(content=turn.user_text))
 
-    async def _build_prompt(self, turn: _Turn) -> None:
+    async def _build_prompt(self, turn: _Turn, *, fresh: bool = False) -> None:
         if self._specs is None:
             if self.tool_sources and not self._sources_loaded:
                 await register_sources(self.tools, self.tool_sources)
@@ -360,7 +372,7 @@ class Agent:
         if self._prompt is not None:
             return
         stored = None
-        if self.sessions is not None and self.session_id is not None:
+        if not fresh and self.sessions is not None and self.session_id is not None:
             info = await self.sessions.get_session(self.session_id)
             stored = info.system_prompt if info is not None else None
         if stored:
@@ -406,7 +418,9 @@ class Agent:
             model=self.model.model_name,
             max_tokens=self.settings.max_tokens,
             reasoning=self.settings.reasoning,
-            cache=CacheHints(stable_system_chars=self._prompt.stable_chars or None),
+            cache=CacheHints(
+                stable_system_chars=self._prompt.stable_chars or None, cache_key=self._cache_key
+            ),
             settings=self.settings.sampling,
         )
 
@@ -457,10 +471,22 @@ class Agent:
         if summary:
             return await self._summary_call(turn)
         turn.budget.consume()
-        try:
-            response = await self._invoke(turn, self._request(turn, tools=True))
-        except ModelError as exc:
-            return ModelFailed(f"{type(exc).__name__}: {exc}")
+        if self._compactor.due(turn.transcript, self._overhead_chars()):
+            await self._compact(turn, reason="threshold")
+        attempts = 0
+        while True:
+            try:
+                response = await self._invoke(turn, self._request(turn, tools=True))
+                break
+            except ContextTooLong as exc:
+                attempts += 1
+                if attempts > self._compactor.settings.max_attempts or not await self._compact(
+                    turn, reason="context_too_long"
+                ):
+                    return ModelFailed(f"{type(exc).__name__}: {exc}")
+            except ModelError as exc:
+                return ModelFailed(f"{type(exc).__name__}: {exc}")
+        self._compactor.last_prompt_tokens = response.usage.prompt_tokens
         message = response.message
         if message.tool_calls:
             message, turn.open_calls = prepare_calls(
@@ -475,6 +501,36 @@ class Agent:
         return ModelReplied(
             len(message.tool_calls), response.finish_reason, bool((message.content or "").strip())
         )
+
+    def _overhead_chars(self) -> int:
+        prompt = len(self._prompt.text) if self._prompt else 0
+        return prompt + sum(len(str(s.parameters)) + len(s.description) for s in self._specs or ())
+
+    async def _compact(self, turn: _Turn, *, reason: str) -> bool:
+        """Compress the transcript; continue in a lineage-linked child session if stored."""
+        await self._flush(turn)
+        before = len(turn.transcript)
+        current_user = turn.transcript[turn.start]
+        compacted = await self._compactor.compact(turn.transcript)
+        if compacted is None:
+            return False
+        if self.sessions is not None and self.session_id is not None:
+            child = _new_session_id()
+            await self.sessions.publish_compression_child(
+                self.session_id, child, compacted, source=self.settings.source
+            )
+            self.session_id = child
+        self._prompt = None
+        await self._build_prompt(turn, fresh=True)
+        if self.sessions is not None and self.session_id is not None and self._prompt:
+            await self.sessions.update_system_prompt(self.session_id, self._prompt.text)
+        turn.transcript = compacted
+        turn.start = next(
+            (i for i, m in enumerate(compacted) if m is current_user),
+            max(i for i, m in enumerate(compacted) if isinstance(m, UserMessage)),
+        )
+        self._emit(Compressed(before, len(compacted), reason, self.session_id))
+        return True
 
     async def _summary_call(self, turn: _Turn) -> Event:
         turn.add(UserMessage(content=SUMMARY_REQUEST))

@@ -13,6 +13,7 @@ from typing import TypeAlias
 from hermes_core.messages import Usage
 
 __all__ = [
+    "Compressed",
     "ModelRequestStarted",
     "ModelResponded",
     "StageEntered",
@@ -81,6 +82,16 @@ class ToolFinished:
 
 
 @dataclass(frozen=True, slots=True)
+class Compressed:
+    """The transcript was compacted; ``session_id`` is the continuation session, if any."""
+
+    messages_before: int
+    messages_after: int
+    reason: str
+    session_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class TurnFinished:
     exit_reason: str
     api_calls: int
@@ -88,7 +99,8 @@ class TurnFinished:
 
 
 TurnEvent: TypeAlias = (
-    TurnStarted
+    Compressed
+    | TurnStarted
     | StageEntered
     | ModelRequestStarted
     | ModelResponded
