@@ -35,14 +35,20 @@ _VAR = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="allow", validate_assignment=True)
+    model_config = ConfigDict(
+        extra="allow", validate_assignment=True, use_attribute_docstrings=True
+    )
 
 
 class ModelConfig(_Section):
     provider: str = "scripted"
+    """A provider profile name (``openrouter``, ``anthropic``...) or ``scripted``."""
     default: str = "hermes-demo"
+    """The model id sent to the provider."""
     base_url: str | None = None
+    """Overrides the profile's endpoint; environment keys are then not sent."""
     api_key: str | None = None
+    """Prefer ``.env``; ``${env:NAME}`` works here."""
     api_mode: Literal["chat_completions", "anthropic_messages", "codex_responses"] | None = None
 
 
@@ -57,6 +63,7 @@ class PostgresPool(_Section):
 
 class DatabaseConfig(_Section):
     backend: Literal["sqlite", "postgres", "memory", "none"] = "sqlite"
+    """Used when ``url`` is not set (SQLite goes to ``$HERMES_HOME/state.db``)."""
     url: str | None = None
     """``sqlite:///path`` or ``postgresql+asyncpg://...``; wins over ``backend``."""
     journal_mode: Literal["wal", "delete"] = "wal"
@@ -82,14 +89,17 @@ class CompressionConfig(_Section):
     protect_last_n: int = Field(20, ge=1)
     max_attempts: int = Field(3, ge=1)
     in_place: bool = True
+    """Reserved: compression currently continues in a lineage-linked child session."""
 
 
 class SecurityConfig(_Section):
     allow_private_urls: bool = False
+    """Let web tools reach private and loopback addresses (metadata stays blocked)."""
 
 
 class ApprovalsConfig(_Section):
     mode: Literal["manual", "smart", "off"] = "manual"
+    """How dangerous commands are approved."""
     deny: list[str] = Field(default_factory=list)
 
 
@@ -107,6 +117,7 @@ class WebConfig(_Section):
 
 class AgentConfig(_Section):
     max_turns: int = Field(90, ge=1)
+    """Model calls per turn before the tool-free summary call."""
     tool_timeout: float = Field(300, gt=0)
     max_tool_workers: int = Field(8, ge=1, le=64)
 
@@ -120,12 +131,14 @@ class HermesConfig(_Section):
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
     mcp_servers: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """MCP servers by name; see docs/mcp.md for the keys."""
     compression: CompressionConfig = Field(default_factory=CompressionConfig)
     security: SecurityConfig = Field(default_factory=SecurityConfig)
     web: WebConfig = Field(default_factory=WebConfig)
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     delegation: DelegationConfig = Field(default_factory=DelegationConfig)
     toolsets: list[str] | None = None
+    """Enabled toolsets; ``null`` means all."""
     disabled_toolsets: list[str] = Field(default_factory=list)
     auxiliary: dict[str, dict[str, Any]] = Field(default_factory=dict)
     sampling: dict[str, Any] = Field(default_factory=dict)
