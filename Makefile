@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint demo bench clean
+.PHONY: install test lint demo bench clean services
 
 install: $(STAMP)
 
@@ -15,7 +15,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,postgres]'
 	touch $(STAMP)
 
-test: $(STAMP)
+# Real services the suite talks to: PostgreSQL binaries and the MCP reference servers.
+services: $(STAMP)
+	scripts/ensure-postgres.sh
+	scripts/install-mcp-test-servers.sh
+
+test: $(STAMP) services
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)

@@ -596,6 +596,8 @@ class SQLiteSessionStore:
         """The open connection; the first call opens it and prepares the schema."""
         if self._conn is not None:
             return self._conn
+        if not self._read_only:  # a fresh HERMES_HOME may not exist yet
+            await anyio.Path(self._path.absolute().parent).mkdir(parents=True, exist_ok=True)
         conn = await aiosqlite.connect(
             self._uri(), uri=True, isolation_level=None, timeout=self._busy_timeout_ms / 1000
         )
