@@ -139,6 +139,8 @@ class AgentSettings:
     date_in_prompt: bool = True
     compression: CompressionSettings | None = None
     """``None``: the defaults, with the window of the model's family."""
+    redact_secrets: bool = True
+    """Redact known key shapes from tool output and saved trajectories."""
 
 
 @dataclass(slots=True)
@@ -411,13 +413,17 @@ class Agent:
         turn.pending.clear()
 
     def _request(self, turn: _Turn, *, tools: bool) -> ModelRequest:
+        """The next model request. ``tools=False`` still offers the frozen specs but with
+        ``tool_choice="none"``: strict servers reject a transcript holding tool calls and
+        results when no tools are defined, and the cached prefix stays byte-identical."""
         assert self._prompt is not None and self._specs is not None
         return ModelRequest(
             messages=(SystemMessage(content=self._prompt.text), *turn.transcript),
-            tools=self._specs if tools else (),
+            tools=self._specs,
             model=self.model.model_name,
             max_tokens=self.settings.max_tokens,
             reasoning=self.settings.reasoning,
+            tool_choice=None if tools else "none",
             cache=CacheHints(
                 stable_system_chars=self._prompt.stable_chars or None, cache_key=self._cache_key
             ),
@@ -533,6 +539,8 @@ class Agent:
         return True
 
     async def _summary_call(self, turn: _Turn) -> Event:
+        """One last call that may not use tools; any tool calls it returns anyway are
+        dropped, and only its text (or the fallback) becomes the final answer."""
         turn.add(UserMessage(content=SUMMARY_REQUEST))
         text = ""
         try:
@@ -565,7 +573,11 @@ class Agent:
             prepared = calls[index]
             ctx = ToolContext(turn.task_id, self.session_id, prepared.call.id, ctx_services)
             return await run_call(
-                prepared, ctx, default_timeout=self.settings.tool_timeout, emit=self._emit
+                prepared,
+                ctx,
+                default_timeout=self.settings.tool_timeout,
+                emit=self._emit,
+                redact_secrets=self.settings.redact_secrets,
             )
 
         await run_segments(
@@ -672,6 +684,8 @@ class Agent:
                 completed=outcome.completed,
                 tools=[s.function_schema() for s in self._specs or ()],
             )
+            if self.settings.redact_secrets:
+                trajectory = trajectory.redacted()
             await self.trajectories.append(trajectory)
         except Exception:
             log.exception("saving the trajectory failed")

@@ -21,6 +21,7 @@ from hermes_core.arguments import schema_problems
 from hermes_core.events import ToolFinished, ToolStarted, TurnEvent
 from hermes_core.messages import AssistantMessage, ToolCall
 from hermes_core.ports.tools import Tool, ToolContext, ToolResult, tool_error
+from hermes_core.redact import redact
 from hermes_core.registry import ToolRegistry
 from hermes_core.results import truncate_result
 
@@ -136,8 +137,13 @@ async def run_call(
     *,
     default_timeout: float | None,
     emit: Callable[[TurnEvent], None],
+    redact_secrets: bool = True,
 ) -> ToolResult:
-    """Run one prepared call; every failure except cancellation becomes an error result."""
+    """Run one prepared call; every failure except cancellation becomes an error result.
+
+    Known secret shapes are redacted from the output before the model (or the store, or a
+    dataset) sees it.
+    """
     if prepared.error is not None or prepared.tool is None or prepared.args is None:
         return prepared.error or tool_error("Tool call could not be prepared")
     spec = prepared.tool.spec
@@ -151,6 +157,7 @@ async def run_call(
         result = tool_error(f"Tool '{spec.name}' timed out after {timeout:g}s")
     except Exception as exc:
         result = tool_error(f"Tool execution failed: {type(exc).__name__}: {exc}")
-    result = ToolResult(truncate_result(result.content, spec.max_result_chars), result.is_error)
+    content = redact(result.content) if redact_secrets else result.content
+    result = ToolResult(truncate_result(content, spec.max_result_chars), result.is_error)
     emit(ToolFinished(prepared.call.id, spec.name, time.perf_counter() - started, result.is_error))
     return result

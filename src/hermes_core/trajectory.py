@@ -34,6 +34,7 @@ from hermes_core.messages import (
     ToolMessage,
     UserMessage,
 )
+from hermes_core.redact import redact
 
 __all__ = [
     "IMAGE_PART_TYPES",
@@ -128,6 +129,13 @@ class Trajectory(BaseModel):
             "model": self.model,
             "completed": self.completed,
         }
+
+    def redacted(self) -> Trajectory:
+        """A copy with known secret shapes removed from every turn's value."""
+        turns = tuple(
+            turn.model_copy(update={"value": redact(turn.value)}) for turn in self.conversations
+        )
+        return self.model_copy(update={"conversations": turns})
 
     def to_jsonl_line(self) -> str:
         """The record as one JSON document, non-ASCII kept; no trailing newline.

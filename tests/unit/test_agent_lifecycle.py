@@ -210,3 +210,25 @@ async def test_close_is_idempotent_and_closes_owned_resources() -> None:
     assert model.closed
     with pytest.raises(Exception, match="closed"):
         await agent.run_conversation("x")
+
+
+async def test_secrets_in_tool_output_never_reach_the_model_or_the_dataset(
+    tmp_path: Any,
+) -> None:
+    leaked = "sk-proj-" + "Z" * 40
+
+    async def cat_env(args: dict[str, Any], ctx: Any) -> str:
+        return f"OPENAI_API_KEY={leaked}\nHOME=/root"
+
+    tool = FunctionTool(ToolSpec(name="cat_env", description="prints env"), cat_env)
+    model = ScriptedModel([tool_calls(call("cat_env", id="c1")), reply(f"the key is {leaked}")])
+    agent = Agent(
+        model,
+        [tool],
+        trajectories=JsonlTrajectorySink(tmp_path),
+        settings=AgentSettings(save_trajectories=True),
+    )
+    result = await agent.run_conversation("show env")
+    assert leaked not in str(model.calls[1].messages[-1].content)
+    assert "HOME=/root" in result["messages"][2]["content"]
+    assert leaked not in (tmp_path / "trajectory_samples.jsonl").read_text()
