@@ -68,6 +68,8 @@ class AgentOptions:
     on_event: Callable[[TurnEvent], None] | None = None
     system_prompt: str | None = None
     environ: Mapping[str, str] | None = None
+    source: str = "library"
+    """The session source label (``cli``, ``batch``...), used by listings and filters."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -181,6 +183,7 @@ async def open_agent(options: AgentOptions) -> Agent:
         tool_timeout=config.agent.tool_timeout,
         max_tool_workers=config.agent.max_tool_workers,
         sampling=config.sampling,
+        source=options.source,
     )
     return Agent(
         model,
