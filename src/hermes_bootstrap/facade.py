@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -26,6 +26,7 @@ from hermes_bootstrap.context_files import render_context, soul_identity
 from hermes_bootstrap.profiles import ProfileName, Resolved, resolve_settings
 from hermes_bootstrap.tools import ToolOptions, build_tools
 from hermes_core.agent import Agent, AgentSettings, StreamCallback
+from hermes_core.errors import ConfigError
 from hermes_core.events import TurnEvent
 from hermes_core.messages import Message
 from hermes_core.ports.llm import ChatModel
@@ -33,6 +34,9 @@ from hermes_core.ports.memory import MemoryStore
 from hermes_core.ports.sessions import SessionStore
 from hermes_core.ports.tools import Tool
 from hermes_core.ports.trajectories import TrajectorySink
+
+if TYPE_CHECKING:
+    from hermes_adapters.mcp import MCPPool, MCPToolSource
 
 __all__ = ["AIAgent", "AgentOptions", "build_agent", "open_agent"]
 
@@ -127,10 +131,61 @@ def _read_setup(options: AgentOptions) -> _Setup:
     )
 
 
-async def open_agent(options: AgentOptions) -> Agent:
+class _Release:
+    """Gives an MCP source back to its pool when the agent closes."""
+
+    def __init__(self, pool: MCPPool, name: str) -> None:
+        self._pool, self._name = pool, name
+
+    async def aclose(self) -> None:
+        await self._pool.release(self._name)
+
+
+async def _mcp_sources(
+    servers: Mapping[str, Mapping[str, Any]],
+    stack: AsyncExitStack | None,
+    model: ChatModel,
+    options: AgentOptions,
+    owned: list[Any],
+) -> list[MCPToolSource]:
+    """Connect the enabled ``mcp_servers``; their pool lives on ``stack`` (the host's task).
+
+    An MCP connection is owned by a long-lived task, which needs an owner: the task that
+    entered ``async with AIAgent(...)``/``build_agent``. Without one, fail clearly.
+    """
+    if not servers:
+        return []
+    from hermes_adapters.mcp import MCPConfigError, MCPPool, MCPServerConfig  # slow import
+
+    try:
+        configs = {n: MCPServerConfig.model_validate(c) for n, c in servers.items()}
+    except (ValueError, MCPConfigError) as exc:
+        raise ConfigError(f"mcp_servers: {exc}") from exc
+    enabled = {n: c for n, c in configs.items() if c.enabled}
+    if not enabled:
+        return []
+    if stack is None:
+        raise ConfigError(
+            f"MCP servers are configured ({', '.join(sorted(enabled))}): open the agent with "
+            "`async with AIAgent(...)` or `build_agent(...)` so their connections have an "
+            "owner task"
+        )
+    pool = await stack.enter_async_context(
+        MCPPool(clarifier=options.clarify_callback, sampler=model, on_event=options.on_event)
+    )
+    sources = []
+    for name, config in enabled.items():
+        sources.append(await pool.acquire(name, config))
+        owned.append(_Release(pool, name))
+    return sources
+
+
+async def open_agent(options: AgentOptions, *, stack: AsyncExitStack | None = None) -> Agent:
     """Build a ``hermes_core.Agent`` from config, profile and explicit options.
 
     The returned agent owns what was opened for it; ``await agent.close()`` releases it.
+    ``stack`` (entered and closed by the calling task) holds task-owning resources such
+    as the MCP pool; without it, configured MCP servers are a ``ConfigError``.
 
     Raises:
         ConfigError: the config file or the options are invalid.
@@ -151,6 +206,7 @@ async def open_agent(options: AgentOptions) -> Agent:
         memory = options.memory
         if memory is None and not resolved.skip_memory:
             memory = await resolve(container.memory())
+        sources = await _mcp_sources(config.mcp_servers, stack, model, options, owned)
         built = await build_tools(
             enabled=resolved.enabled_toolsets,
             disabled=resolved.disabled_toolsets,
@@ -188,6 +244,7 @@ async def open_agent(options: AgentOptions) -> Agent:
     return Agent(
         model,
         built.registry,
+        tool_sources=sources,
         sessions=sessions,
         memory=memory,
         trajectories=options.trajectories,
@@ -204,12 +261,13 @@ async def open_agent(options: AgentOptions) -> Agent:
 @asynccontextmanager
 async def build_agent(profile: ProfileName = "local", **overrides: Any) -> AsyncIterator[Agent]:
     """``async with build_agent("service", model=...) as agent:`` — opened and closed."""
-    agent = await open_agent(AgentOptions(profile=profile, **overrides))
-    try:
-        yield agent
-    finally:
-        with anyio.CancelScope(shield=True):
-            await agent.close()
+    async with AsyncExitStack() as stack:
+        agent = await open_agent(AgentOptions(profile=profile, **overrides), stack=stack)
+        try:
+            yield agent
+        finally:
+            with anyio.CancelScope(shield=True):
+                await agent.close()
 
 
 class AIAgent:
@@ -259,11 +317,17 @@ class AIAgent:
             **extra,
         )
         self._agent: Agent | None = None
+        self._stack: AsyncExitStack | None = None
         self._open_lock = anyio.Lock()
         self._closed = False
 
     async def __aenter__(self) -> AIAgent:
-        await self._open()
+        async with self._open_lock:
+            if self._closed:
+                raise RuntimeError("this AIAgent is closed; create a new one")
+            if self._agent is None:
+                self._stack = AsyncExitStack()
+                self._agent = await open_agent(self.options, stack=self._stack)
         return self
 
     async def __aexit__(
@@ -317,5 +381,8 @@ class AIAgent:
         async with self._open_lock:
             self._closed = True
             agent, self._agent = self._agent, None
+            stack, self._stack = self._stack, None
         if agent is not None:
             await agent.close()
+        if stack is not None:
+            await stack.aclose()

@@ -90,3 +90,32 @@ async def test_toolsets_select_built_in_tools(tmp_path: Path) -> None:
         await agent.run_conversation("x")
     offered = sorted(s.name for s in model.calls[0].tools)
     assert offered == ["patch", "read_file", "search_files", "todo", "write_file"]
+
+
+async def test_mcp_servers_from_config_join_the_agent(isolated_hermes_home: Path) -> None:
+    import sys
+
+    server = Path(__file__).resolve().parents[1] / "mcp_servers" / "hermes_test_server.py"
+    (isolated_hermes_home / "config.yaml").write_text(
+        "mcp_servers:\n"
+        "  test:\n"
+        f"    command: {sys.executable}\n"
+        f"    args: [{str(server)!r}, stdio]\n"
+    )
+    model = ScriptedModel(
+        [tool_calls(call("mcp__test__echo", {"text": "over mcp"}, id="m1")), reply("echoed")]
+    )
+    async with AIAgent(chat_model=model, enabled_toolsets=[]) as agent:
+        result = await agent.run_conversation("echo something")
+    assert "mcp__test__echo" in {s.name for s in model.calls[0].tools}
+    assert "over mcp" in result["messages"][2]["content"]
+
+
+async def test_mcp_servers_need_an_owner_task(isolated_hermes_home: Path) -> None:
+    (isolated_hermes_home / "config.yaml").write_text(
+        "mcp_servers:\n  test:\n    command: /bin/true\n"
+    )
+    agent = AIAgent(chat_model=ScriptedModel([]), enabled_toolsets=[])
+    with pytest.raises(ConfigError, match="async with AIAgent"):
+        await agent.run_conversation("x")
+    await agent.close()
