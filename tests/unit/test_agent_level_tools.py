@@ -148,7 +148,9 @@ async def test_children_stop_when_the_shared_budget_is_spent() -> None:
     )
     result = await parent.run_conversation("go")
     assert result["turn_exit_reason"].startswith("max_iterations_reached")
-    assert model.calls[2].tools == ()  # the child was forced to summarise
+    assert model.calls[2].tool_choice == "none"  # the child was forced to summarise
+    assert [s.name for s in model.calls[2].tools] == [s.name for s in model.calls[1].tools]
+    assert model.calls[3].tool_choice == "none"  # and so was the parent
     child_result = json.loads(result["messages"][2]["content"])["results"][0]
     assert child_result["summary"] == "child summary"
     model.assert_complete()

@@ -12,6 +12,7 @@ import pytest
 from hermes_adapters.llm.scripted import ScriptedModel, call, raise_error, reply, tool_calls
 from hermes_adapters.sessions.memory import InMemorySessionStore
 from hermes_core import Agent, AgentSettings, FunctionTool, ToolSpec
+from hermes_core.agent import SUMMARY_FALLBACK
 from hermes_core.errors import ContextTooLong
 from hermes_core.events import ToolFinished, TurnEvent, TurnFinished
 from hermes_core.invariants import validate
@@ -216,8 +217,34 @@ async def test_budget_exhaustion_makes_one_tool_free_summary_call() -> None:
     assert result["turn_exit_reason"] == "max_iterations_reached(4/3)"
     assert result["final_response"] == "Summary of work."
     last = model.calls[-1]
-    assert last.tools == ()
+    # the tools stay defined (strict servers demand them next to tool history) but may not
+    # be called, and the cached prefix is unchanged
+    assert last.tool_choice == "none"
+    assert last.tools == model.calls[0].tools and [s.name for s in last.tools] == ["add"]
+    assert all(call.tool_choice is None for call in model.calls[:-1])
     assert "maximum number of tool-calling iterations" in str(last.messages[-1].content)
+    model.assert_complete()
+
+
+@pytest.mark.parametrize(
+    ("text", "final"),
+    [("Summary anyway.", "Summary anyway."), (None, SUMMARY_FALLBACK)],
+    ids=["with_text", "without_text"],
+)
+async def test_tool_calls_on_the_summary_call_are_ignored(text: str | None, final: str) -> None:
+    steps = [tool_calls(call("add", {"a": 1, "b": 1}, id=f"c{i}")) for i in range(2)]
+    stray = tool_calls(call("add", {"a": 9, "b": 9}, id="stray"), text=text)
+    model = ScriptedModel([*steps, stray, *([] if text else [stray])])
+    agent = Agent(model, [add_tool()], settings=AgentSettings(max_iterations=2))
+    result = await agent.run_conversation("loop")
+    assert result["final_response"] == final
+    assert result["turn_exit_reason"].startswith("max_iterations_reached")
+    assert all(call.tool_choice == "none" for call in model.calls[2:])
+    last = result["messages"][-1]
+    assert last["role"] == "assistant" and last["content"] == final
+    assert not last.get("tool_calls")
+    assert "stray" not in json.dumps(result["messages"])  # never executed nor stored
+    assert validate(messages_from_dicts(result["messages"])) == []
     model.assert_complete()
 
 

@@ -109,3 +109,32 @@ async def test_tool_turn_over_loopback(streaming: bool, thinking: bool) -> None:
     assert sim.replayed_reasoning(1) == THOUGHT
     assert all(_cache_markers(r.body) <= 4 for r in sim.requests)
     assert sim.pending == 0
+
+
+@pytest.mark.parametrize("thinking", [False, True], ids=["plain", "thinking"])
+async def test_summary_after_the_budget_is_spent_is_accepted_by_the_strict_server(
+    thinking: bool,
+) -> None:
+    """The last, tool-free call still defines the tools (the transcript holds tool_use and
+    tool_result blocks, which the server refuses otherwise) and forbids calling them."""
+    sim = AnthropicSimulator()
+    sim.play(
+        ToolCallReply([("toolu_1", "add", '{"a": 2, "b": 3}')], reasoning=THOUGHT),
+        TextReply("I added 2 and 3: 5."),
+    )
+    settings = AgentSettings(max_iterations=1, reasoning={"effort": "low"} if thinking else None)
+    async with sim.serve() as base_url:
+        model = AnthropicMessagesModel(
+            "claude-sonnet-4-5", base_url=base_url, api_key="sk-ant-loopback"
+        )
+        async with Agent(model, [_add_tool()], settings=settings, owned=[model]) as agent:
+            result = await agent.run_conversation("What is 2+3?")
+
+    assert result["final_response"] == "I added 2 and 3: 5."
+    assert result["turn_exit_reason"].startswith("max_iterations_reached")
+    first, summary = sim.requests
+    assert summary.body["tools"] == first.body["tools"], "the tools prefix must not change"
+    assert summary.body["tool_choice"] == {"type": "none"}
+    assert "tool_choice" not in first.body
+    assert ("thinking" in summary.body) is thinking
+    assert sim.pending == 0

@@ -16,7 +16,7 @@ import pytest
 
 from hermes_adapters.llm.openai_responses import OpenAIResponsesModel
 from hermes_adapters.testing.responses_sim import ResponsesSimulator
-from hermes_core import Agent, FunctionTool, ToolSpec
+from hermes_core import Agent, AgentSettings, FunctionTool, ToolSpec
 from hermes_core.messages import Usage
 from hermes_core.testing.llm import TextReply, ToolCallReply
 
@@ -90,4 +90,24 @@ async def test_tool_turn_over_loopback(streaming: bool) -> None:
     assert replayed[4]["call_id"] == "call_1"
     assert json.loads(replayed[4]["output"]) == {"sum": 5}
     assert sim.replayed_reasoning(1) == "I should use the add tool."
+    assert sim.pending == 0
+
+
+async def test_summary_after_the_budget_is_spent_offers_tools_with_tool_choice_none() -> None:
+    sim = ResponsesSimulator()
+    sim.play(
+        ToolCallReply([("call_1", "add", '{"a": 2, "b": 3}')], reasoning="Add them."),
+        TextReply("I added 2 and 3: 5."),
+    )
+    async with sim.serve() as base_url:
+        model = OpenAIResponsesModel("gpt-5", base_url=base_url, api_key="sk-loopback")
+        settings = AgentSettings(max_iterations=1)
+        async with Agent(model, [_add_tool()], settings=settings, owned=[model]) as agent:
+            result = await agent.run_conversation("What is 2+3?")
+
+    assert result["final_response"] == "I added 2 and 3: 5."
+    assert result["turn_exit_reason"].startswith("max_iterations_reached")
+    first, summary = sim.requests
+    assert summary.body["tools"] == first.body["tools"], "the tools prefix must not change"
+    assert summary.body["tool_choice"] == "none"
     assert sim.pending == 0

@@ -291,15 +291,32 @@ def test_plain_request_with_caching_off_sends_system_as_a_string() -> None:
 
 
 @pytest.mark.parametrize(
-    ("choice", "tools", "tool_choice"),
-    [("none", False, None), ("required", True, {"type": "any"}), (None, True, None)],
+    ("choice", "tool_choice"),
+    [
+        ("none", {"type": "none"}),  # tools stay: tool blocks in messages need them
+        ("required", {"type": "any"}),
+        ("auto", {"type": "auto"}),
+        (None, None),
+    ],
 )
-def test_tool_choice(choice: Any, tools: bool, tool_choice: Any) -> None:
+def test_tool_choice(choice: Any, tool_choice: Any) -> None:
     body = AnthropicMessagesModel("m").build_body(
         ModelRequest(messages=(UserMessage(content="hi"),), tools=(ADD,), tool_choice=choice)
     )
-    assert ("tools" in body) is tools
+    assert body["tools"] == [ADD_WIRE]
     assert body.get("tool_choice") == tool_choice
+
+
+def test_tool_choice_none_keeps_thinking_and_needs_tools_to_be_sent() -> None:
+    model = AnthropicMessagesModel("m")
+    thinking = ModelRequest(
+        (UserMessage(content="hi"),), (ADD,), reasoning={"effort": "low"}, tool_choice="none"
+    )
+    body = model.build_body(thinking)
+    assert body["tool_choice"] == {"type": "none"} and body["tools"] == [ADD_WIRE]
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 4000}
+    bare = model.build_body(ModelRequest((UserMessage(content="hi"),), tool_choice="none"))
+    assert "tools" not in bare and "tool_choice" not in bare
 
 
 @pytest.mark.parametrize(
@@ -913,6 +930,54 @@ async def test_simulator_rejects_unanswered_tool_use_like_the_server() -> None:
         events = [e async for e in model.stream(answered)]
     assert isinstance(events[-1], ResponseComplete)
     assert events[-1].response.message.content == "3"
+
+
+@leakproof
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+async def test_tool_history_needs_tools_defined_and_tool_choice_none_satisfies_it(
+    stream: bool,
+) -> None:
+    sim = AnthropicSimulator()
+    sim.play(ToolCallReply([("toolu_1", "add", '{"a": 1, "b": 2}')]), TextReply("It is 3."))
+    async with sim.mock_client() as client:
+        model = _model(client)
+        first = await model.complete(ModelRequest((UserMessage(content="1+2"),), (ADD,)))
+        history = (
+            UserMessage(content="1+2"),
+            first.message,
+            ToolMessage(tool_call_id="toolu_1", content="3"),
+            UserMessage(content="Sum up."),
+        )
+        with pytest.raises(ModelError, match="must define tools") as info:
+            await model.complete(ModelRequest(history))  # a tool-free call: rejected
+        assert info.value.status == 400
+        final = ModelRequest(history, (ADD,), tool_choice="none")
+        if stream:
+            events = [e async for e in model.stream(final)]
+            assert isinstance(events[-1], ResponseComplete)
+            response = events[-1].response
+        else:
+            response = await model.complete(final)
+    assert response.message.content == "It is 3."
+    assert sim.requests[-1].body["tool_choice"] == {"type": "none"}
+    assert [t["name"] for t in sim.requests[-1].body["tools"]] == ["add"]
+
+
+@leakproof
+async def test_simulator_rejects_an_unknown_tool_choice() -> None:
+    sim = AnthropicSimulator()
+    body = {
+        "model": "m",
+        "max_tokens": 10,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [ADD_WIRE],
+        "tool_choice": {"type": "never"},
+    }
+    headers = {"x-api-key": "k", "anthropic-version": "2023-06-01"}
+    async with sim.mock_client() as client:
+        reply = await client.post("http://sim/v1/messages", json=body, headers=headers)
+    assert reply.status_code == 400
+    assert "does not match any of the expected tags" in reply.json()["error"]["message"]
 
 
 @leakproof

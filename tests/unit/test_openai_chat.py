@@ -14,9 +14,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
+from hermes_adapters.llm import openai_chat
 from hermes_adapters.llm._http import (
     Endpoint,
     RetryPolicy,
@@ -64,7 +66,7 @@ from hermes_core.ports.llm import (
     ToolCallDelta,
 )
 from hermes_core.ports.tools import ToolSpec
-from hermes_core.testing.llm import HttpError, TextReply, ToolCallReply
+from hermes_core.testing.llm import HttpError, MidStreamError, TextReply, ToolCallReply
 
 pytestmark = pytest.mark.anyio
 leakproof = pytest.mark.usefixtures("no_leaks")  # async tests only: the fixture is async
@@ -884,3 +886,66 @@ async def _last(model: OpenAIChatModel, sim: OpenAIChatSimulator) -> StreamEvent
     sim.play(TextReply("3"))
     events = [e async for e in model.stream(_hi())]
     return events[-1]
+
+
+@leakproof
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [("overloaded", ModelUnavailable), ("context_overflow", ContextTooLong)],
+)
+async def test_mid_stream_error_releases_the_response_without_aclosing(
+    error: Any, kind: type[ModelError]
+) -> None:
+    """The caller iterates plainly (no ``aclosing``): the adapter still reads the rest of
+    the body before raising, so no httpx iterator is left for a stray finaliser task."""
+    sim = OpenAIChatSimulator()
+    sim.play(MidStreamError(error))
+    text: list[str] = []
+    async with sim.mock_client() as client:
+        model = OpenAIChatModel("m", client=client, max_retries=0)
+        with pytest.raises(kind):
+            async for event in model.stream(_hi()):
+                if isinstance(event, TextDelta):
+                    text.append(event.text)
+    assert "".join(text) == "Partial answer "
+
+
+@leakproof
+async def test_draining_after_an_in_band_error_is_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server that reports an error and then keeps the connection open cannot hold the
+    caller: the drain gives up after its bound and the error still surfaces."""
+    monkeypatch.setattr(openai_chat, "_DRAIN_SECONDS", 0.05)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        class Stalled(httpx.AsyncByteStream):
+            async def __aiter__(self) -> AsyncIterator[bytes]:
+                error = {"message": "The server had an error.", "type": "server_error"}
+                yield f"data: {json.dumps({'error': error})}\n\n".encode()
+                await anyio.sleep_forever()
+                yield b""  # pragma: no cover
+
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Stalled())
+
+    model, client = _model(handler, max_retries=0)
+    async with client:
+        with anyio.fail_after(5), pytest.raises(ModelUnavailable):
+            async for _ in model.stream(_hi()):
+                pass
+
+
+@leakproof
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"tool_choice": "none"}, "only allowed when 'tools' are specified"),
+        ({"tool_choice": "never", "tools": [ADD.function_schema()]}, "Invalid value: 'never'"),
+    ],
+)
+async def test_simulator_rejects_a_bad_tool_choice(extra: dict[str, Any], message: str) -> None:
+    sim = OpenAIChatSimulator()
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
+    async with sim.mock_client() as client:
+        reply = await client.post("http://sim/v1/chat/completions", json=body)
+    assert reply.status_code == 400 and message in reply.json()["error"]["message"]

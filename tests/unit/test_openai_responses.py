@@ -53,7 +53,7 @@ from hermes_core.ports.llm import (
     ToolCallDelta,
 )
 from hermes_core.ports.tools import ToolSpec
-from hermes_core.testing.llm import ContextOverflow, TextReply, ToolCallReply
+from hermes_core.testing.llm import ContextOverflow, MidStreamError, TextReply, ToolCallReply
 
 pytestmark = pytest.mark.anyio
 leakproof = pytest.mark.usefixtures("no_leaks")  # async tests only: the fixture is async
@@ -885,3 +885,25 @@ async def test_identity() -> None:
     )
     assert "gpt-5" in repr(model)
     await model.aclose()
+
+
+@leakproof
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [("overloaded", ModelUnavailable), ("context_overflow", ContextTooLong)],
+)
+async def test_mid_stream_error_releases_the_response_without_aclosing(
+    error: Any, kind: type[ModelError]
+) -> None:
+    """The caller iterates plainly (no ``aclosing``): the adapter still reads the rest of
+    the body before raising, so no httpx iterator is left for a stray finaliser task."""
+    sim = ResponsesSimulator()
+    sim.play(MidStreamError(error))
+    text: list[str] = []
+    async with sim.mock_client() as client:
+        model = OpenAIResponsesModel("m", client=client, max_retries=0)
+        with pytest.raises(kind):
+            async for event in model.stream(ModelRequest(messages=(UserMessage(content="x"),))):
+                if isinstance(event, TextDelta):
+                    text.append(event.text)
+    assert "".join(text) == "Partial answer "

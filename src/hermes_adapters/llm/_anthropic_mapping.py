@@ -78,7 +78,7 @@ _STOP: dict[str, FinishReason] = {
     "max_tokens": "length",
     "refusal": "content_filter",
 }
-_TOOL_CHOICE = {"auto": {"type": "auto"}, "required": {"type": "any"}}
+_TOOL_CHOICE = {"auto": {"type": "auto"}, "required": {"type": "any"}, "none": {"type": "none"}}
 
 
 # -- request ----------------------------------------------------------------------------
@@ -279,6 +279,9 @@ def messages_body(
 
     ``request.settings`` pass through (``extra_body`` merges last); with thinking on,
     ``temperature`` is 1 and ``top_k`` is dropped, as the server demands.
+    ``tool_choice="none"`` keeps the tools and sends ``{"type": "none"}``: the server
+    rejects ``tool_use``/``tool_result`` blocks in a request that defines no tools, and
+    ``none`` (unlike ``any``) is allowed with thinking.
     ``replay_thinking=False`` drops thinking blocks and the thinking config: the recovery
     path for a transcript whose stored signatures the server no longer accepts.
     """
@@ -300,7 +303,7 @@ def messages_body(
     if marker is not None:
         _mark_messages(wire, marker, min(2, MAX_CACHE_BREAKPOINTS - used))
     body["messages"] = wire
-    if request.tools and request.tool_choice != "none":
+    if request.tools:  # sent even with tool_choice "none": tool blocks need tools defined
         body["tools"] = [
             {"name": s.name, "description": s.description, "input_schema": dict(s.parameters)}
             for s in request.tools

@@ -34,11 +34,25 @@ from hermes_adapters.llm._openai_mapping import (
     chat_body,
     parse_chat_completion,
 )
+from hermes_core.errors import ModelError
 from hermes_core.ports.llm import ModelRequest, ModelResponse, ResponseComplete, StreamEvent
 
 __all__ = ["OpenAIChatModel", "ReasoningEcho"]
 
 _DRAIN_SECONDS = 2.0
+
+
+async def _drain(events: AsyncIterator[object]) -> None:
+    """Read to the end of the body (it is due right away after ``[DONE]`` or an in-band
+    error) so httpx's nested byte iterators finish here instead of being finalised later
+    by the garbage collector in stray tasks; bounded, so a server that keeps the
+    connection open cannot hold the caller."""
+    with anyio.move_on_after(_DRAIN_SECONDS):
+        try:
+            async for _ in events:
+                pass
+        except httpx.HTTPError:
+            pass
 
 
 class OpenAIChatModel:
@@ -160,17 +174,16 @@ class OpenAIChatModel:
                     aclosing(cast(AsyncGenerator[str, None], response.aiter_lines())) as lines,
                     aclosing(iter_sse(lines)) as events,
                 ):
-                    async for event in events:
-                        for delta in assembler.feed(event):
-                            yield delta
-                        if assembler.done:
-                            break
-                    # Read to the end of the body after [DONE] (it is due right away) so
-                    # httpx's nested byte iterators finish instead of being finalised later
-                    # by the garbage collector in stray tasks.
-                    with anyio.move_on_after(_DRAIN_SECONDS):
-                        async for _ in events:
-                            pass
+                    try:
+                        async for event in events:
+                            for delta in assembler.feed(event):
+                                yield delta
+                            if assembler.done:
+                                break
+                    except ModelError:
+                        await _drain(events)  # an in-band error is the server's last word
+                        raise
+                    await _drain(events)
             except httpx.HTTPError as exc:
                 raise error_from_transport(
                     exc, provider=self._provider, during_stream=True

@@ -48,7 +48,7 @@ from hermes_adapters.llm._responses_mapping import (
     responses_body,
     usage_from_responses,
 )
-from hermes_core.errors import IncompleteStream
+from hermes_core.errors import IncompleteStream, ModelError
 from hermes_core.ports.llm import (
     ModelRequest,
     ModelResponse,
@@ -71,6 +71,19 @@ _KIND_OF_DELTA = {
     "response.reasoning_text.delta": "reasoning",
 }
 _SEPARATOR = "\n\n"
+
+
+async def _drain(events: AsyncIterator[object]) -> None:
+    """Read to the end of the body (it is due right away after the terminal event or an
+    ``error``/``response.failed`` event) so httpx's nested byte iterators finish here
+    instead of being finalised later by the garbage collector in stray tasks; bounded, so
+    a server that keeps the connection open cannot hold the caller."""
+    with anyio.move_on_after(_DRAIN_SECONDS):
+        try:
+            async for _ in events:
+                pass
+        except httpx.HTTPError:
+            pass
 
 
 class OpenAIResponsesModel:
@@ -185,16 +198,16 @@ class OpenAIResponsesModel:
                     aclosing(cast(AsyncGenerator[str, None], response.aiter_lines())) as lines,
                     aclosing(iter_sse(lines)) as events,
                 ):
-                    async for event in events:
-                        for delta in assembler.feed(event):
-                            yield delta
-                        if assembler.done:
-                            break
-                    # Read the (empty) rest of the body after the terminal event so httpx's
-                    # nested byte iterators finish here rather than in a stray GC task.
-                    with anyio.move_on_after(_DRAIN_SECONDS):
-                        async for _ in events:
-                            pass
+                    try:
+                        async for event in events:
+                            for delta in assembler.feed(event):
+                                yield delta
+                            if assembler.done:
+                                break
+                    except ModelError:
+                        await _drain(events)  # an in-band error is the server's last word
+                        raise
+                    await _drain(events)
             except httpx.HTTPError as exc:
                 raise error_from_transport(
                     exc, provider=self._provider, during_stream=True

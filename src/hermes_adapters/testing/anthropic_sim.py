@@ -12,7 +12,8 @@ Like the real server it is strict, because the bugs it guards against (WIRE.md Â
 show up against a strict peer: ``tool_use`` ids must be answered by ``tool_result`` blocks
 in the next user message, thinking blocks must come back with the signature it issued for
 exactly that text, at most four ``cache_control`` breakpoints, a user turn first, no
-empty text blocks, the ``anthropic-version`` and ``x-api-key`` headers present.
+empty text blocks, ``tools`` defined whenever the messages hold tool blocks, the
+``anthropic-version`` and ``x-api-key`` headers present.
 
 Reach it through ``sim.mock_client()`` or ``async with sim.serve() as base_url``; the base
 URL has no ``/v1`` suffix, as the adapter appends ``/v1/messages`` itself.
@@ -95,6 +96,8 @@ _THINKING_REQUIRED = (
     "We recommend you include thinking blocks from previous turns. To avoid this "
     "requirement, disable `thinking`."
 )
+_TOOLS_REQUIRED = "Requests which include `tool_use` or `tool_result` blocks must define tools."
+_TOOL_CHOICE_TYPES = frozenset({"auto", "any", "tool", "none"})
 
 
 def signature_for(thinking: str) -> str:
@@ -244,6 +247,15 @@ class AnthropicSimulator(ScenarioServer):
             schema = tool.get("input_schema")
             if not isinstance(schema, Mapping) or schema.get("type") != "object":
                 return f"tools.{position}.custom.input_schema.type: Field required"
+        choice = body.get("tool_choice")
+        if choice is not None and (
+            not isinstance(choice, Mapping) or choice.get("type") not in _TOOL_CHOICE_TYPES
+        ):
+            kind = choice.get("type") if isinstance(choice, Mapping) else choice
+            return (
+                f"tool_choice: Input tag '{kind}' found using 'type' does not match any of the "
+                "expected tags: 'auto', 'any', 'tool', 'none'"
+            )
         thinking = body.get("thinking")
         if isinstance(thinking, Mapping) and thinking.get("type") == "enabled":
             budget = thinking.get("budget_tokens")
@@ -267,6 +279,8 @@ class AnthropicSimulator(ScenarioServer):
         return None
 
     def _check_messages(self, body: Mapping[str, Any], messages: list[Any]) -> str | None:
+        if not body.get("tools") and _has_tool_blocks(messages):
+            return _TOOLS_REQUIRED
         open_ids: list[str] = []
         for i, message in enumerate(messages):
             role = message.get("role") if isinstance(message, Mapping) else None
@@ -542,6 +556,15 @@ class AnthropicSimulator(ScenarioServer):
         }
         events += [_event(finish), _event({"type": "message_stop"})]
         return events
+
+
+def _has_tool_blocks(messages: Sequence[Any]) -> bool:
+    return any(
+        isinstance(block, Mapping) and block.get("type") in {"tool_use", "tool_result"}
+        for message in messages
+        if isinstance(message, Mapping) and isinstance(message.get("content"), list)
+        for block in message["content"]
+    )
 
 
 def _calls(reply: Reply) -> Sequence[tuple[str, str, str]]:

@@ -149,6 +149,18 @@ class OpenAIChatSimulator(ScenarioServer):
         messages = body.get("messages")
         if not isinstance(body.get("model"), str) or not isinstance(messages, list) or not messages:
             return self._error(400, "'model' and a non-empty 'messages' array are required")
+        choice = body.get("tool_choice")
+        if choice is not None and not body.get("tools"):
+            return self._error(
+                400,
+                "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' "
+                "are specified.",
+            )
+        if not isinstance(choice, Mapping) and choice not in (None, "none", "auto", "required"):
+            return self._error(
+                400,
+                f"Invalid value: '{choice}'. Supported values are: 'none', 'auto', and 'required'.",
+            )
         open_ids: list[str] = []
         for position, message in enumerate(messages):
             role = message.get("role")
