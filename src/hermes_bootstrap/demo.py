@@ -32,14 +32,19 @@ def _since_last_user(request: ModelRequest) -> list[ToolMessage]:
     return list(reversed(results))
 
 
-def _answer(text: str, calls: tuple[ToolCall, ...] = ()) -> ModelResponse:
-    usage = Usage(input_tokens=120, output_tokens=24)
+def _answer(text: str, reasoning: str, calls: tuple[ToolCall, ...] = ()) -> ModelResponse:
+    """A reply with visible reasoning, so the demo also yields usable training samples."""
+    usage = Usage(input_tokens=120, output_tokens=24, reasoning_tokens=12)
     if calls:
         message = AssistantMessage(
-            content=text or None, tool_calls=calls, finish_reason="tool_calls"
+            content=text or None,
+            reasoning=reasoning,
+            tool_calls=calls,
+            finish_reason="tool_calls",
         )
         return ModelResponse(message, "tool_calls", usage)
-    return ModelResponse(AssistantMessage(content=text, finish_reason="stop"), "stop", usage)
+    message = AssistantMessage(content=text, reasoning=reasoning, finish_reason="stop")
+    return ModelResponse(message, "stop", usage)
 
 
 def _output_of(result: ToolMessage) -> str:
@@ -56,14 +61,21 @@ def _plan(request: ModelRequest) -> ModelResponse:
     offered = {spec.name for spec in request.tools}
     done = _since_last_user(request)
     if not {"write_file", "read_file", "terminal"} <= offered:
-        return _answer("I would need the file and terminal tools for that; none are enabled.")
+        return _answer(
+            "I would need the file and terminal tools for that; none are enabled.",
+            "No file or terminal tool is available, so I can only explain what I would do.",
+        )
     if not done:
         write = ToolCall(
             id="call_write",
             name="write_file",
             arguments=json.dumps({"path": SCRIPT_PATH, "content": SCRIPT}),
         )
-        return _answer("I'll write the script first.", (write,))
+        return _answer(
+            "I'll write the script first.",
+            "The user wants a script run; it has to exist before it can run.",
+            (write,),
+        )
     if len(done) == 1:
         run = ToolCall(
             id="call_run",
@@ -73,11 +85,16 @@ def _plan(request: ModelRequest) -> ModelResponse:
         read = ToolCall(
             id="call_read", name="read_file", arguments=json.dumps({"path": SCRIPT_PATH})
         )
-        return _answer("Now I'll run it and read it back.", (run, read))
+        return _answer(
+            "Now I'll run it and read it back.",
+            "The file is written; running it and reading it back are independent.",
+            (run, read),
+        )
     said = _output_of(done[1]).strip()
     return _answer(
         f"I wrote `{SCRIPT_PATH}` and ran it. It printed:\n\n    {said}\n\n"
-        "The file is in the demo workspace."
+        "The file is in the demo workspace.",
+        "The script ran; its output is the answer.",
     )
 
 

@@ -519,12 +519,15 @@ async def test_scripted_provider_runs_the_offline_demo_model(tmp_path: Path) -> 
         workspace=tmp_path,
     )
     stats = await batch.run()
-    # the demo model never reasons, so its sample is discarded yet marked completed
-    assert batch.report.discarded_no_reasoning == 1
+    # the demo model shows its reasoning, so its sample is kept
+    assert batch.report.discarded_no_reasoning == 0
     assert stats["model"] == "hermes-demo"
     checkpoint = json.loads((tmp_path / "data" / "demo" / "checkpoint.json").read_text())
     assert checkpoint["completed_prompts"] == [0]
-    assert (tmp_path / "data" / "demo" / "trajectories.jsonl").read_text() == ""
+    rows = (tmp_path / "data" / "demo" / "trajectories.jsonl").read_text().splitlines()
+    assert len(rows) == 1
+    gpt = [t["value"] for t in json.loads(rows[0])["conversations"] if t["from"] == "gpt"]
+    assert gpt and all(v.startswith("<think>\n") and v != "<think>\n</think>" for v in gpt)
 
 
 # -- configuration errors ------------------------------------------------------------------

@@ -368,7 +368,8 @@ def test_batch_on_a_tiny_dataset(capsys: pytest.CaptureFixture[str], tmp_path: P
     code, out, _ = run(capsys, *argv, "--resume", "--json", "--quiet")
     assert code == 0
     report = json.loads(out)["report"]
-    assert report["processed"] == 0 and report["skipped_by_checkpoint"] == 2
+    assert report["processed"] == 0
+    assert report["resumed_by_content"] + report["skipped_by_checkpoint"] == 2
 
 
 def test_batch_reports_a_missing_dataset(
