@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from hermes_bootstrap.facade import build_agent
 from hermes_core.errors import ConfigError, ModelAuthError, StoreClosed
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leaks")]
+
+TEST_SERVER = Path(__file__).resolve().parents[1] / "mcp_servers" / "hermes_test_server.py"
 
 
 async def test_constructor_stores_state_only(isolated_hermes_home: Path) -> None:
@@ -93,9 +96,7 @@ async def test_toolsets_select_built_in_tools(tmp_path: Path) -> None:
 
 
 async def test_mcp_servers_from_config_join_the_agent(isolated_hermes_home: Path) -> None:
-    import sys
-
-    server = Path(__file__).resolve().parents[1] / "mcp_servers" / "hermes_test_server.py"
+    server = TEST_SERVER
     (isolated_hermes_home / "config.yaml").write_text(
         "mcp_servers:\n"
         "  test:\n"
