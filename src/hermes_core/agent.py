@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import inspect
 import logging
-import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from types import TracebackType
@@ -27,10 +26,10 @@ from typing import Any, Protocol
 
 import anyio
 
-from hermes_core.budget import IterationBudget, pressure_note
+from hermes_core.budget import IterationBudget
 from hermes_core.compactor import Compactor
 from hermes_core.compression import CompressionSettings, context_window_for
-from hermes_core.dispatch import PreparedCall, interrupted_result, prepare_calls, run_call
+from hermes_core.dispatch import prepare_calls, run_call
 from hermes_core.errors import ContextTooLong, HermesError, ModelError
 from hermes_core.events import (
     Compressed,
@@ -41,17 +40,14 @@ from hermes_core.events import (
     TurnFinished,
     TurnStarted,
 )
-from hermes_core.invariants import CANCELLED_RESULT, repair
+from hermes_core.invariants import repair
 from hermes_core.messages import (
     AssistantMessage,
     Message,
     SystemMessage,
     ToolMessage,
-    Usage,
     UserMessage,
     message_from_dict,
-    messages_to_dicts,
-    text_of,
 )
 from hermes_core.ports.llm import (
     CacheHints,
@@ -68,7 +64,8 @@ from hermes_core.ports.tools import Tool, ToolContext, ToolResult, ToolSpec
 from hermes_core.ports.trajectories import TrajectorySink
 from hermes_core.prompt import SystemPrompt, build_system_prompt
 from hermes_core.registry import ToolRegistry
-from hermes_core.results import BATCH_RESULT_CAP, cap_batch
+from hermes_core.results import BATCH_RESULT_CAP
+from hermes_core.running_turn import RunningTurn, StreamCallback, new_session_id, strip_think
 from hermes_core.scheduling import DEFAULT_MAX_WORKERS, PlannedCall, plan_batch, run_segments
 from hermes_core.sources import register_sources
 from hermes_core.trajectory import build_trajectory
@@ -108,9 +105,6 @@ SUMMARY_REQUEST = (
 SUMMARY_FALLBACK = "I reached the iteration limit and couldn't generate a summary."
 INTERRUPTED_REPLY = "Operation interrupted."
 FINALISE_TIMEOUT = 5.0
-_THINK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>\s*", re.DOTALL)
-
-StreamCallback = Callable[[str], Awaitable[None] | None]
 
 
 class _Closeable(Protocol):
@@ -141,30 +135,6 @@ class AgentSettings:
     """``None``: the defaults, with the window of the model's family."""
     redact_secrets: bool = True
     """Redact known key shapes from tool output and saved trajectories."""
-
-
-@dataclass(slots=True)
-class _Turn:
-    """Mutable state of one running turn; the driver's working memory."""
-
-    task_id: str
-    user_text: str
-    system_message: str | None
-    stream_callback: StreamCallback | None
-    budget: IterationBudget
-    transcript: list[Message] = field(default_factory=list)
-    start: int = 0
-    pending: list[Message] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
-    api_calls: int = 0
-    final_response: str | None = None
-    last_reasoning: str | None = None
-    open_calls: list[PreparedCall] = field(default_factory=list)
-    slots: list[ToolResult | None] = field(default_factory=list)
-
-    def add(self, message: Message) -> None:
-        self.transcript.append(message)
-        self.pending.append(message)
 
 
 class Agent:
@@ -306,7 +276,7 @@ class Agent:
         task_id: str | None,
         stream_callback: StreamCallback | None,
     ) -> dict[str, Any]:
-        turn = _Turn(
+        turn = RunningTurn(
             task_id=task_id or uuid.uuid4().hex,
             user_text=str(user_message).strip(),
             system_message=system_message,
@@ -327,7 +297,10 @@ class Agent:
         return await self._deliver(turn, decision.outcome)
 
     async def _perform(
-        self, decision: Decision, turn: _Turn, history: Sequence[Message | Mapping[str, Any]] | None
+        self,
+        decision: Decision,
+        turn: RunningTurn,
+        history: Sequence[Message | Mapping[str, Any]] | None,
     ) -> Event:
         match decision:
             case AssembleHistory():
@@ -352,7 +325,7 @@ class Agent:
         raise AssertionError(f"unhandled decision {decision!r}")
 
     async def _assemble_history(
-        self, turn: _Turn, given: Sequence[Message | Mapping[str, Any]] | None
+        self, turn: RunningTurn, given: Sequence[Message | Mapping[str, Any]] | None
     ) -> None:
         if given is not None:
             base = [m if not isinstance(m, Mapping) else message_from_dict(m) for m in given]
@@ -365,7 +338,7 @@ class Agent:
         turn.start = len(turn.transcript)
         turn.add(UserMessage(content=turn.user_text))
 
-    async def _build_prompt(self, turn: _Turn, *, fresh: bool = False) -> None:
+    async def _build_prompt(self, turn: RunningTurn, *, fresh: bool = False) -> None:
         if self._specs is None:
             if self.tool_sources and not self._sources_loaded:
                 await register_sources(self.tools, self.tool_sources)
@@ -397,7 +370,7 @@ class Agent:
         if self.sessions is None or self._session_ready:
             return
         if self.session_id is None:
-            self.session_id = _new_session_id()
+            self.session_id = new_session_id()
         await self.sessions.ensure_session(
             self.session_id, source=self.settings.source, model=self.model.model_name
         )
@@ -405,14 +378,14 @@ class Agent:
             await self.sessions.update_system_prompt(self.session_id, self._prompt.text)
         self._session_ready = True
 
-    async def _flush(self, turn: _Turn) -> None:
+    async def _flush(self, turn: RunningTurn) -> None:
         if not turn.pending:
             return
         if self.sessions is not None and self.session_id is not None:
             await self.sessions.append_messages(self.session_id, list(turn.pending))
         turn.pending.clear()
 
-    def _request(self, turn: _Turn, *, tools: bool) -> ModelRequest:
+    def _request(self, turn: RunningTurn, *, tools: bool) -> ModelRequest:
         """The next model request. ``tools=False`` still offers the frozen specs but with
         ``tool_choice="none"``: strict servers reject a transcript holding tool calls and
         results when no tools are defined, and the cached prefix stays byte-identical."""
@@ -430,7 +403,7 @@ class Agent:
             settings=self.settings.sampling,
         )
 
-    async def _invoke(self, turn: _Turn, request: ModelRequest) -> ModelResponse:
+    async def _invoke(self, turn: RunningTurn, request: ModelRequest) -> ModelResponse:
         self._emit(
             ModelRequestStarted(
                 turn.api_calls + 1,
@@ -473,7 +446,7 @@ class Agent:
                 await aclose()
         raise ModelError("the model's stream ended without a complete response")
 
-    async def _call_model(self, turn: _Turn, *, summary: bool) -> Event:
+    async def _call_model(self, turn: RunningTurn, *, summary: bool) -> Event:
         if summary:
             return await self._summary_call(turn)
         turn.budget.consume()
@@ -500,7 +473,7 @@ class Agent:
             )
             turn.slots = [None] * len(turn.open_calls)
         else:
-            turn.final_response = _strip_think(message.content or "")
+            turn.final_response = strip_think(message.content or "")
         if message.reasoning:
             turn.last_reasoning = message.reasoning
         turn.add(message)
@@ -512,7 +485,7 @@ class Agent:
         prompt = len(self._prompt.text) if self._prompt else 0
         return prompt + sum(len(str(s.parameters)) + len(s.description) for s in self._specs or ())
 
-    async def _compact(self, turn: _Turn, *, reason: str) -> bool:
+    async def _compact(self, turn: RunningTurn, *, reason: str) -> bool:
         """Compress the transcript; continue in a lineage-linked child session if stored."""
         await self._flush(turn)
         before = len(turn.transcript)
@@ -521,7 +494,7 @@ class Agent:
         if compacted is None:
             return False
         if self.sessions is not None and self.session_id is not None:
-            child = _new_session_id()
+            child = new_session_id()
             await self.sessions.publish_compression_child(
                 self.session_id, child, compacted, source=self.settings.source
             )
@@ -538,7 +511,7 @@ class Agent:
         self._emit(Compressed(before, len(compacted), reason, self.session_id))
         return True
 
-    async def _summary_call(self, turn: _Turn) -> Event:
+    async def _summary_call(self, turn: RunningTurn) -> Event:
         """One last call that may not use tools; any tool calls it returns anyway are
         dropped, and only its text (or the fallback) becomes the final answer."""
         turn.add(UserMessage(content=SUMMARY_REQUEST))
@@ -546,7 +519,7 @@ class Agent:
         try:
             for _ in range(2):
                 response = await self._invoke(turn, self._request(turn, tools=False))
-                text = _strip_think(response.message.content or "")
+                text = strip_think(response.message.content or "")
                 if text:
                     break
             text = text or SUMMARY_FALLBACK
@@ -559,12 +532,12 @@ class Agent:
         turn.add(AssistantMessage(content=text, finish_reason="stop"))
         return ModelReplied(0, "stop", True)
 
-    def _interrupted(self, turn: _Turn) -> Event:
+    def _interrupted(self, turn: RunningTurn) -> Event:
         if turn.transcript and isinstance(turn.transcript[-1], ToolMessage):
             turn.add(AssistantMessage(content=INTERRUPTED_REPLY, finish_reason="stop"))
         return Interrupted()
 
-    async def _run_tools(self, turn: _Turn) -> Event:
+    async def _run_tools(self, turn: RunningTurn) -> Event:
         calls = turn.open_calls
         planned = [PlannedCall(p.index, p.tool.spec if p.tool else None, p.args) for p in calls]
         ctx_services = self._tool_services(turn)
@@ -587,41 +560,14 @@ class Agent:
             max_workers=self.settings.max_tool_workers,
             should_stop=lambda: self._interrupt_requested,
         )
-        self._close_tool_group(turn)
+        turn.close_tool_group(batch_cap=self.settings.batch_result_cap)
         if self._interrupt_requested:
             return self._interrupted(turn)
         invalid = [p for p in calls if p.error is not None]
         all_invalid = bool(calls) and len(invalid) == len(calls)
         return ToolsDone(invalid[0].call.name or "(empty)" if all_invalid else None)
 
-    def _close_tool_group(self, turn: _Turn, *, cancelled: bool = False) -> None:
-        """Append one result per open call, in call order, and clear the open group."""
-        if not turn.open_calls:
-            return
-        results: list[ToolResult] = []
-        for prepared, slot in zip(turn.open_calls, turn.slots, strict=True):
-            if slot is not None:
-                results.append(slot)
-            elif cancelled:
-                results.append(ToolResult(CANCELLED_RESULT, is_error=True))
-            else:
-                results.append(interrupted_result(prepared.call.name))
-        texts = cap_batch([r.content for r in results], self.settings.batch_result_cap)
-        note = None if cancelled else pressure_note(turn.budget)
-        if note is not None:
-            texts[-1] = _with_note(texts[-1], note)
-        for prepared, result, text in zip(turn.open_calls, results, texts, strict=True):
-            turn.add(
-                ToolMessage(
-                    tool_call_id=prepared.call.id,
-                    name=prepared.call.name,
-                    content=text,
-                    is_error=result.is_error,
-                )
-            )
-        turn.open_calls, turn.slots = [], []
-
-    def _tool_services(self, turn: _Turn) -> dict[str, Any]:
+    def _tool_services(self, turn: RunningTurn) -> dict[str, Any]:
         services = {
             "agent": self,
             "budget": turn.budget,
@@ -634,16 +580,16 @@ class Agent:
         services.update(self._services)
         return services
 
-    async def _finalise_cancelled(self, turn: _Turn) -> None:
+    async def _finalise_cancelled(self, turn: RunningTurn) -> None:
         """Shielded: answer open calls, persist what is pending, keep history valid."""
-        self._close_tool_group(turn, cancelled=True)
+        turn.close_tool_group(batch_cap=self.settings.batch_result_cap, cancelled=True)
         self._history = repair(turn.transcript)
         try:
             await self._flush(turn)
         except Exception:
             log.exception("persisting the cancelled turn failed")
 
-    async def _deliver(self, turn: _Turn, outcome: Outcome) -> dict[str, Any]:
+    async def _deliver(self, turn: RunningTurn, outcome: Outcome) -> dict[str, Any]:
         self._history = list(turn.transcript)
         if self.sessions is not None and self.session_id is not None:
             await self.sessions.update_token_counts(
@@ -653,29 +599,18 @@ class Agent:
             with anyio.CancelScope(shield=True):
                 await self._save_trajectory(turn, outcome)
         self._emit(TurnFinished(outcome.exit_reason, turn.api_calls, outcome.completed))
-        result: dict[str, Any] = {
-            "final_response": turn.final_response,
-            "last_reasoning": turn.last_reasoning,
-            "messages": messages_to_dicts(turn.transcript),
-            "api_calls": turn.api_calls,
-            "completed": outcome.completed and turn.final_response is not None,
-            "partial": outcome.partial,
-            "interrupted": outcome.interrupted,
-            "failed": outcome.failed,
-            "error": outcome.error,
-            "turn_exit_reason": outcome.exit_reason,
-            "session_id": self.session_id,
-            "task_id": turn.task_id,
-            "model": self.model.model_name,
-            "provider": self.model.provider,
-            "api_mode": self.model.api_mode,
-            **_usage_fields(turn.usage),
-        }
+        result = turn.result(
+            outcome,
+            session_id=self.session_id,
+            model=self.model.model_name,
+            provider=self.model.provider,
+            api_mode=self.model.api_mode,
+        )
         if outcome.interrupted:
             result["interrupt_message"] = self._interrupt
         return result
 
-    async def _save_trajectory(self, turn: _Turn, outcome: Outcome) -> None:
+    async def _save_trajectory(self, turn: RunningTurn, outcome: Outcome) -> None:
         assert self.trajectories is not None
         try:
             trajectory = build_trajectory(
@@ -697,45 +632,3 @@ class Agent:
             self._on_event(event)
         except Exception:
             log.exception("on_event subscriber failed on %r", event)
-
-
-def _strip_think(text: str) -> str:
-    return _THINK.sub("", text).strip()
-
-
-def _with_note(content: str, note: str) -> str:
-    """Put the budget note inside a JSON object result, or append it to text."""
-    import json
-
-    stripped = content.strip()
-    if stripped.startswith("{"):
-        try:
-            value = json.loads(stripped)
-        except ValueError:
-            value = None
-        if isinstance(value, dict):
-            value["_budget_warning"] = note
-            return json.dumps(value, ensure_ascii=False)
-    return f"{content}\n\n{note}"
-
-
-def _usage_fields(usage: Usage) -> dict[str, int]:
-    return {
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "cache_read_tokens": usage.cache_read_tokens,
-        "cache_write_tokens": usage.cache_write_tokens,
-        "reasoning_tokens": usage.reasoning_tokens,
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.output_tokens,
-        "total_tokens": usage.total_tokens,
-    }
-
-
-def _new_session_id() -> str:
-    now = time.strftime("%Y%m%d_%H%M%S", time.localtime())
-    return f"{now}_{uuid.uuid4().hex[:6]}"
-
-
-def _text(message: Message) -> str:
-    return text_of(message.content)
