@@ -27,6 +27,11 @@ from typing import Any, cast
 import anyio
 import httpx
 
+from hermes_adapters.llm._cache_envelope import (
+    CacheControlMode,
+    envelope_cache_control,
+    wants_envelope,
+)
 from hermes_adapters.llm._http import Endpoint, RetryPolicy, error_from_transport, iter_sse
 from hermes_adapters.llm._openai_mapping import (
     ChatStreamAssembler,
@@ -37,7 +42,7 @@ from hermes_adapters.llm._openai_mapping import (
 from hermes_core.errors import ModelError
 from hermes_core.ports.llm import ModelRequest, ModelResponse, ResponseComplete, StreamEvent
 
-__all__ = ["OpenAIChatModel", "ReasoningEcho"]
+__all__ = ["CacheControlMode", "OpenAIChatModel", "ReasoningEcho"]
 
 _DRAIN_SECONDS = 2.0
 
@@ -76,6 +81,9 @@ class OpenAIChatModel:
         keep_extra_content: send tool calls' ``extra_content`` (Gemini thought signatures);
             default: only when the model name mentions Gemini.
         timeout: read/connect timeout of the owned client.
+        cache_control: Anthropic prompt-cache breakpoints in the envelope layout
+            (REFERENCE.md §7, :mod:`._cache_envelope`): ``"auto"`` places them for Claude
+            models on OpenRouter, ``"envelope"`` always, ``"off"`` never.
     """
 
     def __init__(
@@ -93,6 +101,7 @@ class OpenAIChatModel:
         max_tokens_field: str = "max_completion_tokens",
         keep_extra_content: bool | None = None,
         timeout: httpx.Timeout | float | None = None,
+        cache_control: CacheControlMode = "auto",
     ) -> None:
         self._model = model
         self._provider = provider
@@ -112,6 +121,7 @@ class OpenAIChatModel:
         self._keep_extra_content = (
             "gemini" in model.lower() if keep_extra_content is None else keep_extra_content
         )
+        self._cache_control: CacheControlMode = cache_control
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel({self._model!r}, provider={self._provider!r})"
@@ -130,7 +140,7 @@ class OpenAIChatModel:
 
     def build_body(self, request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
         """The JSON this model would send for ``request``; public so hosts can inspect it."""
-        return chat_body(
+        body = chat_body(
             request,
             model=self._model,
             stream=stream,
@@ -138,6 +148,18 @@ class OpenAIChatModel:
             max_tokens_field=self._max_tokens_field,
             keep_extra_content=self._keep_extra_content,
         )
+        model = str(body.get("model") or self._model)
+        messages = body.get("messages")
+        if isinstance(messages, list) and wants_envelope(
+            self._cache_control, provider=self._provider, model=model
+        ):
+            hints = request.cache
+            body["messages"] = envelope_cache_control(
+                messages,
+                stable_chars=hints.stable_system_chars if hints is not None else None,
+                ttl=hints.ttl if hints is not None else None,
+            )
+        return body
 
     def _encode(self, request: ModelRequest, *, stream: bool) -> bytes:
         body = self.build_body(request, stream=stream)

@@ -17,6 +17,10 @@ empty text blocks, ``tools`` defined whenever the messages hold tool blocks, the
 
 Reach it through ``sim.mock_client()`` or ``async with sim.serve() as base_url``; the base
 URL has no ``/v1`` suffix, as the adapter appends ``/v1/messages`` itself.
+
+``simulate_cache=True`` reports prompt caching (:mod:`hermes_adapters.testing._prompt_cache`):
+the prefix up to the last breakpoint is written on first sight and read when a later request
+repeats it byte for byte. Off by default: scripted usage is then sent as written.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
+from hermes_adapters.testing._prompt_cache import PromptCache, unit, with_usage
 from hermes_adapters.testing.scenario_server import (
     Pause,
     ScenarioServer,
@@ -127,9 +132,11 @@ def _texts(content: Any) -> str:
 class AnthropicSimulator(ScenarioServer):
     """Anthropic Messages (``POST /v1/messages``), strict like the real server."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, simulate_cache: bool = False) -> None:
         super().__init__()
         self._served = 0
+        self.simulate_cache = simulate_cache
+        self._cache = PromptCache()
 
     @asynccontextmanager
     async def serve(self, prefix: str = "") -> AsyncIterator[str]:
@@ -373,6 +380,8 @@ class AnthropicSimulator(ScenarioServer):
         body = request.body
         stream = bool(body.get("stream"))
         model = str(body.get("model"))
+        if self.simulate_cache:
+            scenario = with_usage(scenario, lambda u: self._cache_usage(model, body, u))
         if isinstance(scenario, HttpError):
             message = scenario.message or _DEFAULT_MESSAGES.get(
                 scenario.status, "Internal server error"
@@ -415,6 +424,18 @@ class AnthropicSimulator(ScenarioServer):
         if not stream:
             return json_plan(200, self._message(model, scenario), self._ids())
         return WirePlan(200, _SSE_HEADERS, tuple(self._events(model, scenario)), streamed=True)
+
+    def _cache_usage(self, model: str, body: Mapping[str, Any], usage: Usage) -> Usage:
+        """Tools, system, then each message's blocks, in the order the server caches."""
+        units = [unit({"tool": tool}) for tool in body.get("tools") or ()]
+        system = body.get("system")
+        for block in system if isinstance(system, list) else [system] if system else []:
+            units.append(unit({"system": block}))
+        for position, message in enumerate(body.get("messages") or ()):
+            content = message.get("content")
+            for block in content if isinstance(content, list) else [content]:
+                units.append(unit({"m": position, "role": message.get("role"), "block": block}))
+        return self._cache.explicit(model, units).apply(usage)
 
     def _ids(self) -> dict[str, str]:
         return {"request-id": f"req_sim_{len(self._requests):04d}"}

@@ -8,7 +8,14 @@ dialects, because reasoning travels differently on each: ``"openai"`` (no reason
 fields), ``"deepseek"`` (``reasoning_content``; a tool-call turn replayed without it is a
 400, as in DeepSeek's thinking mode; cache hits as ``prompt_cache_hit_tokens``) and
 ``"openrouter"`` (``reasoning`` plus ``reasoning_details``; context errors with a numeric
-``code``). Like a strict server it also rejects transcripts with unanswered tool calls.
+``code``). Like a strict server it also rejects transcripts with unanswered tool calls,
+and (OpenRouter in front of Claude) more than four ``cache_control`` breakpoints.
+
+``simulate_cache=True`` reports prompt caching (:mod:`hermes_adapters.testing._prompt_cache`):
+``"openrouter"`` caches at ``cache_control`` breakpoints on content parts, like Claude
+behind it (reads and writes in ``prompt_tokens_details``); ``"openai"`` reads the longest
+prefix seen before under the same ``prompt_cache_key``; ``"deepseek"`` the longest prefix
+seen before. Off by default: scripted usage is then sent as written.
 
 Two ways to reach it, sharing one script and one request log:
 
@@ -27,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Literal, TypeAlias
 
+from hermes_adapters.testing._prompt_cache import PromptCache, unit, with_usage
 from hermes_adapters.testing.scenario_server import (
     Pause,
     ScenarioServer,
@@ -95,10 +103,12 @@ def _pieces(text: str, size: int) -> list[str]:
 class OpenAIChatSimulator(ScenarioServer):
     """Chat Completions (``POST /v1/chat/completions``) in one of three host dialects."""
 
-    def __init__(self, dialect: ChatDialect = "openai") -> None:
+    def __init__(self, dialect: ChatDialect = "openai", *, simulate_cache: bool = False) -> None:
         super().__init__()
         self.dialect: ChatDialect = dialect
         self._served = 0
+        self.simulate_cache = simulate_cache
+        self._cache = PromptCache()
 
     # -- WireSimulator, format-specific half
 
@@ -117,7 +127,7 @@ class OpenAIChatSimulator(ScenarioServer):
         return RequestSummary(
             model=str(body.get("model")),
             stream=bool(body.get("stream")),
-            system=system if isinstance(system, str) else None,
+            system=text_of(system) if isinstance(system, str | list) else None,
             message_roles=tuple(str(r) for r in roles),
             user_texts=tuple(text_of(m.get("content")) for m in messages if m["role"] == "user"),
             tool_names=tuple(t["function"]["name"] for t in body.get("tools", [])),
@@ -161,6 +171,17 @@ class OpenAIChatSimulator(ScenarioServer):
                 400,
                 f"Invalid value: '{choice}'. Supported values are: 'none', 'auto', and 'required'.",
             )
+        markers = sum(
+            1
+            for m in messages
+            if isinstance(m, Mapping) and isinstance(m.get("content"), list)
+            for part in m["content"]
+            if isinstance(part, Mapping) and "cache_control" in part
+        )
+        if self.dialect == "openrouter" and markers > 4:
+            return self._error(
+                400, f"A maximum of 4 blocks with cache_control may be provided. Found {markers}."
+            )
         open_ids: list[str] = []
         for position, message in enumerate(messages):
             role = message.get("role")
@@ -200,6 +221,8 @@ class OpenAIChatSimulator(ScenarioServer):
         stream = bool(body.get("stream"))
         model = str(body.get("model"))
         usage_requested = bool((body.get("stream_options") or {}).get("include_usage"))
+        if self.simulate_cache:
+            scenario = with_usage(scenario, lambda u: self._cache_usage(body, u))
         if isinstance(scenario, HttpError):
             message = scenario.message or _DEFAULT_MESSAGES.get(
                 scenario.status, "The server had an error while processing your request."
@@ -249,6 +272,26 @@ class OpenAIChatSimulator(ScenarioServer):
             return json_plan(200, self._completion(model, scenario))
         parts, _ = self._events(model, scenario, usage_requested)
         return WirePlan(200, _SSE_HEADERS, tuple(parts), streamed=True)
+
+    def _cache_usage(self, body: Mapping[str, Any], usage: Usage) -> Usage:
+        """Tools, then each message's content parts and the rest of it, in prompt order
+        (a string is one text part, as the model sees it)."""
+        units = [unit({"tool": tool}) for tool in body.get("tools") or ()]
+        for position, message in enumerate(body["messages"]):
+            content = message.get("content")
+            if isinstance(content, str):  # what the model sees: one text part (no marker)
+                content = [{"type": "text", "text": content}] if content else []
+            parts = content if isinstance(content, list) else []
+            head = {"m": position, "role": message.get("role")}
+            units += [unit({**head, "part": part}) for part in parts]
+            rest = {k: v for k, v in message.items() if k not in {"role", "content"}}
+            units.append(unit({**head, "rest": rest}))
+        scope = str(body.get("model"))
+        if self.dialect == "openrouter":
+            return self._cache.explicit(scope, units).apply(usage)
+        if self.dialect == "openai":
+            scope += f"|{body.get('prompt_cache_key') or ''}"
+        return self._cache.automatic(scope, units).apply(usage)
 
     def _error(
         self,

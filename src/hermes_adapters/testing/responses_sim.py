@@ -19,6 +19,10 @@ break (WIRE.md §4 item 11):
   tampered token is a 400, and a bare id under ``store: false`` is OpenAI's 404;
 * encrypted reasoning is only returned when ``include`` asks for it, and tools must be in
   the flat Responses shape.
+
+``simulate_cache=True`` reports ``input_tokens_details.cached_tokens`` for the longest
+prefix (instructions, tools, input items) an earlier request with the same
+``prompt_cache_key`` sent; without a key nothing is cached. Off by default.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeAlias
 
+from hermes_adapters.testing._prompt_cache import PromptCache, unit, with_usage
 from hermes_adapters.testing.scenario_server import Pause, ScenarioServer, WirePlan, json_plan, sse
 from hermes_core.messages import Usage
 from hermes_core.testing.llm import (
@@ -136,9 +141,11 @@ def _follows(ref: Any, item: Mapping[str, Any] | None) -> bool:
 class ResponsesSimulator(ScenarioServer):
     """The Responses API (``POST /v1/responses``), strict about stateless replay."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, simulate_cache: bool = False) -> None:
         super().__init__()
         self._served = 0
+        self.simulate_cache = simulate_cache
+        self._cache = PromptCache()
 
     # -- WireSimulator, format-specific half
 
@@ -301,6 +308,13 @@ class ResponsesSimulator(ScenarioServer):
         self._served += 1
         body = request.body
         stream = bool(body.get("stream"))
+        key = body.get("prompt_cache_key")
+        if self.simulate_cache and isinstance(key, str) and key:
+            units = [unit({"instructions": body.get("instructions")})]
+            units += [unit({"tool": t}) for t in body.get("tools") or ()]
+            units += [unit({"item": i}) for i in self._items(body)]
+            cached = f"{body.get('model')}|{key}"
+            scenario = with_usage(scenario, lambda u: self._cache.automatic(cached, units).apply(u))
         if isinstance(scenario, HttpError):
             message = scenario.message or _DEFAULT_MESSAGES.get(scenario.status, "Bad request.")
             kind = "server_error" if scenario.status >= 500 else "invalid_request_error"
