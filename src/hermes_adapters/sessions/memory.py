@@ -1,9 +1,10 @@
 """The in-memory session store: the trusted fake of :class:`~hermes_core.ports.SessionStore`.
 
-Plain dicts and lists, no I/O. Every method is ``async def`` and never awaits, so under one
-event loop each call is atomic, which is what a transaction gives the SQL stores. The fake
-is meant to behave like them in everything a caller can observe (REFERENCE.md §2), and is
-held to that by the same contract suite:
+Plain dicts and lists, no I/O. Every method is ``async def`` and never suspends (the shared
+lineage walks it awaits only read dicts), so under one event loop each call is atomic, which
+is what a transaction gives the SQL stores. The fake is meant to behave like them in
+everything a caller can observe (REFERENCE.md §2), and is held to that by the same contract
+suite:
 
 - row ids strictly increase across the whole store; transcripts are ordered by id;
 - messages are stored as the JSON of their dict codec and decoded on every read, so what
@@ -28,6 +29,8 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any
 
+from hermes_adapters.sessions import _lineage
+from hermes_adapters.sessions._lineage import COMPRESSION, FORK_MARKERS, Node
 from hermes_core import invariants
 from hermes_core.errors import (
     CompressionInProgress,
@@ -57,25 +60,7 @@ from hermes_core.ports.sessions import (
 __all__ = ["IDENTITY_FIELDS", "InMemorySessionStore", "new_session_id"]
 
 
-_WORKSPACE_FIELDS = ("cwd", "git_branch", "git_repo_root", "profile_name")
-"""Inherited by every child from its parent."""
-_CHAT_FIELDS = (
-    "user_id",
-    "session_key",
-    "chat_id",
-    "chat_type",
-    "thread_id",
-    "display_name",
-    "origin_json",
-)
-"""Inherited by a compression child from its parent, on top of the workspace fields."""
 _SESSION_FIELDS = ("model", "model_config", "system_prompt", "parent_session_id")
-_FORK_MARKERS = ("_branched_from", "_delegate_from", "_reset_from")
-
-COMPRESSION = "compression"
-_BRANCHED = "branched"
-_COMPRESSION_HOPS = 100
-_CONTINUATION_HOPS = 32
 _BATCH_STEP = 1e-6
 _MAX_QUERY_CHARS = 2048
 _SNIPPET_TOKENS = 40
@@ -243,24 +228,34 @@ def _context_entry(row: _Row) -> dict[str, str]:
 # -- lineage helpers ---------------------------------------------------------------------
 
 
-def _dedupe_replayed_users(segments: Sequence[Sequence[Message]]) -> list[Message]:
-    """Concatenate a lineage's transcripts, dropping user messages a descendant replays.
+def _node(session: _Session) -> Node:
+    return Node.of(
+        session.id,
+        session.source,
+        session.parent_session_id,
+        session.end_reason,
+        session.model_config,
+        session.started_at,
+    )
 
-    A rotation copies the recent tail into the child, so a user message of a later segment
-    equal to one of an earlier segment is that copy; each earlier message absorbs at most one
-    copy, and the earlier one (in its original place) is kept.
-    """
-    out: list[Message] = []
-    for index, segment in enumerate(segments):
-        pool = [m for m in out if m.role == "user"] if index else []
-        for message in segment:
-            if message.role == "user":
-                twin = next((i for i, seen in enumerate(pool) if seen == message), None)
-                if twin is not None:
-                    del pool[twin]
-                    continue
-            out.append(message)
-    return out
+
+class _Nodes:
+    """The sessions as the lineage walks see them (a ``_lineage.NodeReader``)."""
+
+    def __init__(self, sessions: Mapping[str, _Session], rows: Mapping[str, list[_Row]]) -> None:
+        self._sessions = sessions
+        self._rows = rows
+
+    async def node(self, session_id: str) -> Node | None:
+        session = self._sessions.get(session_id)
+        return _node(session) if session is not None else None
+
+    async def children(self, session_id: str) -> list[Node]:
+        found = [_node(s) for s in self._sessions.values() if s.parent_session_id == session_id]
+        return sorted(found, key=lambda n: (n.started_at, n.id))
+
+    async def has_messages(self, session_id: str) -> bool:
+        return bool(self._rows.get(session_id))
 
 
 def _repair(messages: list[Message]) -> list[Message]:
@@ -450,67 +445,11 @@ class InMemorySessionStore:
             return None
         return self._sessions.get(session.parent_session_id)
 
-    @staticmethod
-    def _is_delegate(session: _Session) -> bool:
-        return "_delegate_from" in session.model_config or session.source == "tool"
-
-    def _is_branch(self, session: _Session) -> bool:
-        if "_branched_from" in session.model_config:
-            return True
-        parent = self._parent(session)
-        return parent is not None and parent.end_reason == _BRANCHED
-
-    def _is_fork(self, session: _Session) -> bool:
-        """A branch, reset or subagent child: not a continuation of its parent."""
-        return (
-            any(marker in session.model_config for marker in _FORK_MARKERS)
-            or session.source == "tool"
-            or self._is_branch(session)
-        )
-
-    def _is_compression_child(self, session: _Session) -> bool:
-        parent = self._parent(session)
-        return (
-            parent is not None and parent.end_reason == COMPRESSION and not self._is_fork(session)
-        )
-
     def _children(self, session_id: str) -> list[_Session]:
         return [s for s in self._sessions.values() if s.parent_session_id == session_id]
 
-    def _lineage(self, session_id: str) -> list[str]:
-        """The compression lineage ending at ``session_id``, root first; a branch stands alone."""
-        chain = [session_id]
-        session = self._sessions.get(session_id)
-        while (
-            session is not None
-            and len(chain) <= _COMPRESSION_HOPS
-            and self._is_compression_child(session)
-        ):
-            parent_id = session.parent_session_id
-            assert parent_id is not None
-            if parent_id in chain:
-                break
-            chain.append(parent_id)
-            session = self._sessions.get(parent_id)
-        chain.reverse()
-        return chain
-
-    def _compression_tip(self, session_id: str) -> str:
-        current = session_id
-        seen = {current}
-        for _ in range(_COMPRESSION_HOPS):
-            session = self._sessions.get(current)
-            if session is None or session.end_reason != COMPRESSION:
-                break
-            children = sorted(
-                (c for c in self._children(current) if not self._is_fork(c)),
-                key=lambda c: (c.started_at, c.id),
-            )
-            if not children or children[0].id in seen:
-                break
-            current = children[0].id
-            seen.add(current)
-        return current
+    def _nodes(self) -> _Nodes:
+        return _Nodes(self._sessions, self._rows)
 
     def _scoped_rows(self, session_id: str, *, include_inactive: bool) -> list[_Row]:
         return [r for r in self._rows.get(session_id, ()) if include_inactive or r.active]
@@ -585,8 +524,7 @@ class InMemorySessionStore:
         parent = self._parent(session)
         if parent is None:
             return
-        names = _WORKSPACE_FIELDS + (_CHAT_FIELDS if parent.end_reason == COMPRESSION else ())
-        for name in names:
+        for name in _lineage.inherited_fields(parent.end_reason):
             if session.identity.get(name) is None and parent.identity.get(name) is not None:
                 session.identity[name] = parent.identity[name]
 
@@ -706,7 +644,7 @@ class InMemorySessionStore:
 
     def _delete(self, session_id: str, doomed: set[str]) -> None:
         for child in self._children(session_id):
-            if self._is_delegate(child) and child.id not in doomed:
+            if _node(child).is_delegate and child.id not in doomed:
                 doomed.add(child.id)
                 self._delete(child.id, doomed)
             else:
@@ -807,12 +745,15 @@ class InMemorySessionStore:
     ) -> list[Message]:
         """The transcript as messages; with ancestors, its compression lineage root first."""
         self._check_open()
-        lineage = self._lineage(session_id) if include_ancestors else [session_id]
+        if include_ancestors:
+            lineage = await _lineage.lineage(self._nodes(), session_id)
+        else:
+            lineage = [session_id]
         segments = [
             [_decode(r.raw) for r in self._scoped_rows(sid, include_inactive=include_inactive)]
             for sid in lineage
         ]
-        messages = _dedupe_replayed_users(segments)
+        messages = _lineage.dedupe_replayed_users(segments)
         return _repair(messages) if repair else messages
 
     # -- search ---------------------------------------------------------------------------
@@ -896,24 +837,7 @@ class InMemorySessionStore:
         messages on that walk, else the compression tip.
         """
         self._check_open()
-        if not session_id:
-            return session_id
-        tip = self._compression_tip(session_id)
-        current = tip
-        seen = {current}
-        best: str | None = None
-        for _ in range(_CONTINUATION_HOPS):
-            if self._rows.get(current):
-                best = current
-            children = [c for c in self._children(current) if not self._is_fork(c)]
-            if not children:
-                break
-            newest = max(children, key=lambda c: (c.started_at, c.id))
-            if newest.id in seen:
-                break
-            current = newest.id
-            seen.add(current)
-        return best if best is not None else tip
+        return await _lineage.resume_target(self._nodes(), session_id)
 
     async def get_resume_conversations(
         self, session_id: str
@@ -924,9 +848,10 @@ class InMemorySessionStore:
             [_decode(r.raw) for r in self._scoped_rows(session_id, include_inactive=False)]
         )
         segments = [
-            [_decode(r.raw) for r in self._display_rows(sid)] for sid in self._lineage(session_id)
+            [_decode(r.raw) for r in self._display_rows(sid)]
+            for sid in await _lineage.lineage(self._nodes(), session_id)
         ]
-        return model, _dedupe_replayed_users(segments)
+        return model, _lineage.dedupe_replayed_users(segments)
 
     async def try_acquire_compression_lock(
         self, session_id: str, holder: str, ttl_seconds: float = 300.0
@@ -1069,7 +994,7 @@ class InMemorySessionStore:
             child.model = parent.model
         if not child.model_config:
             child.model_config = {
-                k: v for k, v in parent.model_config.items() if k not in _FORK_MARKERS
+                k: v for k, v in parent.model_config.items() if k not in FORK_MARKERS
             }
         if child.prompt_hash is None:
             child.prompt_hash = parent.prompt_hash

@@ -64,7 +64,6 @@ import random
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -75,7 +74,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from hermes_adapters.sessions import _fts
+from hermes_adapters.sessions import _fts, _lineage
+from hermes_adapters.sessions._lineage import COMPRESSION, FORK_MARKERS, Node
 from hermes_adapters.sessions._pg_schema import (
     MESSAGE_COLUMNS,
     SCHEMA_VERSION,
@@ -111,21 +111,6 @@ _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 _Body = Callable[[AsyncConnection], Awaitable[_T]]
 
-COMPRESSION = "compression"
-_BRANCHED = "branched"
-_FORK_MARKERS = ("_branched_from", "_delegate_from", "_reset_from")
-_WORKSPACE_FIELDS = ("cwd", "git_branch", "git_repo_root", "profile_name")
-"""Inherited by every child from its parent."""
-_CHAT_FIELDS = (
-    "user_id",
-    "session_key",
-    "chat_id",
-    "chat_type",
-    "thread_id",
-    "display_name",
-    "origin_json",
-)
-"""Inherited by a compression child on top of the workspace fields: it is the same chat."""
 _CREATE_FIELDS = frozenset({"model", "model_config", "system_prompt", "parent_session_id"})
 _METADATA_FIELDS = frozenset({"title", "model", "model_config"})
 _USAGE_COLUMNS = (
@@ -137,8 +122,6 @@ _USAGE_COLUMNS = (
     "api_call_count",
 )
 
-_COMPRESSION_HOPS = 100
-_CONTINUATION_HOPS = 32
 _BATCH_STEP = 1e-6
 _CONTEXT_CHARS = 200
 _SNIPPET_TOKENS = 40
@@ -286,24 +269,6 @@ def _decode(row: RowMapping) -> Message:
         ) from exc
 
 
-def _dedupe_replayed_users(segments: Sequence[Sequence[Message]]) -> list[Message]:
-    """Join a lineage's transcripts, dropping the user messages a later segment replays.
-
-    A rotation copies the recent tail into the child, so a user message of a later segment
-    equal to one of an earlier segment is that copy: each earlier user message absorbs at
-    most one copy, and it stays in its original place.
-    """
-    joined: list[Message] = []
-    for index, segment in enumerate(segments):
-        unmatched = [m for m in joined if m.role == "user"] if index else []
-        for message in segment:
-            if message.role == "user" and message in unmatched:
-                unmatched.remove(message)
-                continue
-            joined.append(message)
-    return joined
-
-
 def _finish_headline(headline: str, doc: str) -> str:
     """Put back what ``ts_headline`` trims at the edges: trailing punctuation when nothing
     but punctuation is left out, else ``...`` where the fragment cuts the text."""
@@ -399,93 +364,45 @@ async def _insert_batch(
 # -- lineage nodes --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Node:
-    """What the lineage walks need of a session row."""
-
-    id: str
-    source: str
-    parent_id: str | None
-    end_reason: str | None
-    markers: frozenset[str]
-    started_at: float
-
-    @property
-    def is_delegate(self) -> bool:
-        return "_delegate_from" in self.markers or self.source == "tool"
-
-    def is_fork(self, parent: _Node | None) -> bool:
-        """A branch, reset or subagent child: not a continuation of ``parent``."""
-        return (
-            bool(self.markers)
-            or self.source == "tool"
-            or (parent is not None and parent.end_reason == _BRANCHED)
-        )
-
-
 _NODE_SELECT = (
     "SELECT id, source, parent_session_id, end_reason, model_config, started_at FROM sessions"
 )
 
 
-def _node(row: RowMapping) -> _Node:
-    markers = frozenset(m for m in _FORK_MARKERS if m in _config_of(row))
-    return _Node(
+def _node(row: RowMapping) -> Node:
+    return Node.of(
         row["id"],
         row["source"],
         row["parent_session_id"],
         row["end_reason"],
-        markers,
+        _config_of(row),
         row["started_at"],
     )
 
 
-async def _fetch_node(conn: AsyncConnection, session_id: str | None) -> _Node | None:
-    if session_id is None:
-        return None
-    row = await _row(conn, f"{_NODE_SELECT} WHERE id = :id", id=session_id)
-    return _node(row) if row is not None else None
+class _Nodes:
+    """The sessions table as the lineage walks see it (a ``_lineage.NodeReader``)."""
 
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
 
-async def _children(conn: AsyncConnection, session_id: str) -> list[_Node]:
-    rows = await _rows(
-        conn,
-        f"{_NODE_SELECT} WHERE parent_session_id = :id ORDER BY started_at, id",
-        id=session_id,
-    )
-    return [_node(row) for row in rows]
+    async def node(self, session_id: str) -> Node | None:
+        row = await _row(self._conn, f"{_NODE_SELECT} WHERE id = :id", id=session_id)
+        return _node(row) if row is not None else None
 
+    async def children(self, session_id: str) -> list[Node]:
+        rows = await _rows(
+            self._conn,
+            f"{_NODE_SELECT} WHERE parent_session_id = :id ORDER BY started_at, id",
+            id=session_id,
+        )
+        return [_node(row) for row in rows]
 
-async def _lineage(conn: AsyncConnection, session_id: str) -> list[str]:
-    """The compression lineage ending at ``session_id``, root first; a fork stands alone."""
-    chain = [session_id]
-    node = await _fetch_node(conn, session_id)
-    while node is not None and len(chain) <= _COMPRESSION_HOPS:
-        parent = await _fetch_node(conn, node.parent_id)
-        if parent is None or parent.end_reason != COMPRESSION or node.is_fork(parent):
-            break
-        if parent.id in chain:
-            break
-        chain.append(parent.id)
-        node = parent
-    chain.reverse()
-    return chain
-
-
-async def _compression_tip(conn: AsyncConnection, session_id: str) -> str:
-    """Follow compression children (the first published one at each hop) to the tip."""
-    current = session_id
-    seen = {current}
-    for _ in range(_COMPRESSION_HOPS):
-        node = await _fetch_node(conn, current)
-        if node is None or node.end_reason != COMPRESSION:
-            break
-        children = [c for c in await _children(conn, current) if not c.is_fork(node)]
-        if not children or children[0].id in seen:
-            break
-        current = children[0].id
-        seen.add(current)
-    return current
+    async def has_messages(self, session_id: str) -> bool:
+        row = await _row(
+            self._conn, "SELECT 1 FROM messages WHERE session_id = :id LIMIT 1", id=session_id
+        )
+        return row is not None
 
 
 # -- session rows ---------------------------------------------------------------------------
@@ -576,7 +493,7 @@ async def _inherit(conn: AsyncConnection, session_id: str) -> None:
     )
     if parent is None:
         return
-    names = _WORKSPACE_FIELDS + (_CHAT_FIELDS if parent["end_reason"] == COMPRESSION else ())
+    names = _lineage.inherited_fields(parent["end_reason"])
     await _update(
         conn,
         session_id,
@@ -1234,7 +1151,7 @@ class PostgresSessionStore:
         return await self._write("delete_session", body)
 
     async def _delete_tree(self, conn: AsyncConnection, session_id: str, doomed: set[str]) -> None:
-        for child in await _children(conn, session_id):
+        for child in await _Nodes(conn).children(session_id):
             if child.is_delegate and child.id not in doomed:
                 doomed.add(child.id)
                 await self._delete_tree(conn, child.id, doomed)
@@ -1347,12 +1264,15 @@ class PostgresSessionStore:
         """The transcript as messages; with ancestors, its compression lineage root first."""
 
         async def body(conn: AsyncConnection) -> list[Message]:
-            lineage = await _lineage(conn, session_id) if include_ancestors else [session_id]
+            if include_ancestors:
+                lineage = await _lineage.lineage(_Nodes(conn), session_id)
+            else:
+                lineage = [session_id]
             segments = [
                 await _scoped_messages(conn, sid, include_inactive=include_inactive)
                 for sid in lineage
             ]
-            return _dedupe_replayed_users(segments)
+            return _lineage.dedupe_replayed_users(segments)
 
         messages = await self._read("get_conversation", body)
         return invariants.repair(messages) if repair else messages
@@ -1489,25 +1409,7 @@ class PostgresSessionStore:
         """
 
         async def body(conn: AsyncConnection) -> str:
-            if not session_id:
-                return session_id
-            tip = await _compression_tip(conn, session_id)
-            current, seen, best = tip, {tip}, None
-            for _ in range(_CONTINUATION_HOPS):
-                if await _row(
-                    conn, "SELECT 1 FROM messages WHERE session_id = :id LIMIT 1", id=current
-                ):
-                    best = current
-                node = await _fetch_node(conn, current)
-                children = [c for c in await _children(conn, current) if not c.is_fork(node)]
-                if not children:
-                    break
-                newest = max(children, key=lambda c: (c.started_at, c.id))
-                if newest.id in seen:
-                    break
-                current = newest.id
-                seen.add(current)
-            return best if best is not None else tip
+            return await _lineage.resume_target(_Nodes(conn), session_id)
 
         return await self._read("resolve_resume_session_id", body)
 
@@ -1519,9 +1421,10 @@ class PostgresSessionStore:
         async def body(conn: AsyncConnection) -> tuple[list[Message], list[Message]]:
             model = await _scoped_messages(conn, session_id, include_inactive=False)
             segments = [
-                await _display_messages(conn, sid) for sid in await _lineage(conn, session_id)
+                await _display_messages(conn, sid)
+                for sid in await _lineage.lineage(_Nodes(conn), session_id)
             ]
-            return model, _dedupe_replayed_users(segments)
+            return model, _lineage.dedupe_replayed_users(segments)
 
         model, display = await self._read("get_resume_conversations", body)
         return invariants.repair(model), display
@@ -1730,7 +1633,7 @@ class PostgresSessionStore:
             if child["model"] is None:
                 values["model"] = parent["model"]
             if not _config_of(child):
-                inherited = {k: v for k, v in _config_of(parent).items() if k not in _FORK_MARKERS}
+                inherited = {k: v for k, v in _config_of(parent).items() if k not in FORK_MARKERS}
                 values["model_config"] = _dumps(inherited)
             if child["system_prompt_hash"] is None and child["system_prompt"] is None:
                 values["system_prompt_hash"] = parent["system_prompt_hash"]
