@@ -1,66 +1,46 @@
 """The OpenAI Chat Completions adapter (``api_mode = "chat_completions"``).
 
 One class serves OpenAI and every OpenAI-compatible host (DeepSeek, OpenRouter, vLLM,
-Ollama, LM Studio...): the wire format lives in :mod:`._openai_mapping`, the endpoint and
-retry policy in :mod:`._http`, and the few per-host differences are constructor options
-rather than subclasses. The request JSON is built and encoded once per call, so retries
-send byte-identical bodies.
+Ollama, LM Studio...): the wire format lives in :mod:`._openai_mapping`, the endpoint,
+retries and the ``complete``/``stream`` plumbing in :mod:`._base`, and the few per-host
+differences are constructor options rather than subclasses. The request JSON is built and
+encoded once per call, so retries send byte-identical bodies.
 
-Example::
+Example (then used and closed like every :mod:`._base` model)::
 
     model = OpenAIChatModel("deepseek-chat", base_url="https://api.deepseek.com/v1",
                             api_key=key, provider="deepseek",
                             reasoning_echo="reasoning_content")
-    try:
-        response = await model.complete(ModelRequest(messages=(UserMessage(content="hi"),)))
-    finally:
-        await model.aclose()
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from contextlib import aclosing
-from typing import Any, cast
+from collections.abc import Mapping
+from typing import Any
 
-import anyio
 import httpx
 
+from hermes_adapters.llm._base import DRAIN_SECONDS, StreamAssembler, _HttpChatModel
 from hermes_adapters.llm._cache_envelope import (
     CacheControlMode,
     envelope_cache_control,
     wants_envelope,
 )
-from hermes_adapters.llm._http import Endpoint, RetryPolicy, error_from_transport, iter_sse
 from hermes_adapters.llm._openai_mapping import (
     ChatStreamAssembler,
     ReasoningEcho,
     chat_body,
     parse_chat_completion,
 )
-from hermes_core.errors import ModelError
-from hermes_core.ports.llm import ModelRequest, ModelResponse, ResponseComplete, StreamEvent
+from hermes_core.ports.llm import ModelRequest, ModelResponse
 
 __all__ = ["CacheControlMode", "OpenAIChatModel", "ReasoningEcho"]
 
-_DRAIN_SECONDS = 2.0
+# read on every stream, so it can be shortened where a bounded drain is tested
+_DRAIN_SECONDS = DRAIN_SECONDS
 
 
-async def _drain(events: AsyncIterator[object]) -> None:
-    """Read to the end of the body (it is due right away after ``[DONE]`` or an in-band
-    error) so httpx's nested byte iterators finish here instead of being finalised later
-    by the garbage collector in stray tasks; bounded, so a server that keeps the
-    connection open cannot hold the caller."""
-    with anyio.move_on_after(_DRAIN_SECONDS):
-        try:
-            async for _ in events:
-                pass
-        except httpx.HTTPError:
-            pass
-
-
-class OpenAIChatModel:
+class OpenAIChatModel(_HttpChatModel):
     """A :class:`hermes_core.ports.llm.ChatModel` over ``POST {base_url}/chat/completions``.
 
     Args:
@@ -86,6 +66,9 @@ class OpenAIChatModel:
             models on OpenRouter, ``"envelope"`` always, ``"off"`` never.
     """
 
+    _api_mode = "chat_completions"
+    _path = "chat/completions"
+
     def __init__(
         self,
         model: str,
@@ -103,18 +86,16 @@ class OpenAIChatModel:
         timeout: httpx.Timeout | float | None = None,
         cache_control: CacheControlMode = "auto",
     ) -> None:
-        self._model = model
-        self._provider = provider
-        self._endpoint = Endpoint(
-            base_url,
+        super().__init__(
+            model,
+            base_url=base_url,
             api_key=api_key,
+            client=client,
             provider=provider,
             headers=headers,
-            client=client,
+            max_retries=max_retries,
+            backoff=backoff,
             timeout=timeout,
-        )
-        self._policy = RetryPolicy(
-            max_retries=max_retries, base_delay=backoff[0], max_delay=backoff[1]
         )
         self._echo: ReasoningEcho = reasoning_echo
         self._max_tokens_field = max_tokens_field
@@ -122,21 +103,6 @@ class OpenAIChatModel:
             "gemini" in model.lower() if keep_extra_content is None else keep_extra_content
         )
         self._cache_control: CacheControlMode = cache_control
-
-    def __repr__(self) -> str:
-        return f"OpenAIChatModel({self._model!r}, provider={self._provider!r})"
-
-    @property
-    def model_name(self) -> str:
-        return self._model
-
-    @property
-    def provider(self) -> str:
-        return self._provider
-
-    @property
-    def api_mode(self) -> str:
-        return "chat_completions"
 
     def build_body(self, request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
         """The JSON this model would send for ``request``; public so hosts can inspect it."""
@@ -161,57 +127,12 @@ class OpenAIChatModel:
             )
         return body
 
-    def _encode(self, request: ModelRequest, *, stream: bool) -> bytes:
-        body = self.build_body(request, stream=stream)
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """One non-streamed call.
-
-        Raises:
-            ModelError: mapped from the HTTP status, transport failure or in-band error
-                (``ContextTooLong``, ``ModelAuthError``, ``ModelRateLimited``,
-                ``ModelUnavailable``, ``ModelProtocolError``), after retries.
-        """
-        content = self._encode(request, stream=False)
-        data = await self._endpoint.post_json("chat/completions", content, self._policy)
+    def _parse(self, data: Any) -> ModelResponse:
         return parse_chat_completion(data, provider=self._provider)
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        """Stream deltas, then one :class:`ResponseComplete`.
+    def _assembler(self) -> StreamAssembler:
+        """Ends on ``finish_reason`` and ``[DONE]``; in-band errors raise mapped."""
+        return ChatStreamAssembler(provider=self._provider)
 
-        Retries happen only before the first byte; once deltas flow a failure surfaces.
-        Close the iterator (``contextlib.aclosing``) when stopping early.
-
-        Raises:
-            IncompleteStream: the stream ended or broke before ``finish_reason`` and
-                ``[DONE]``.
-            ModelError: as for :meth:`complete`, including errors sent inside the stream.
-        """
-        content = self._encode(request, stream=True)
-        assembler = ChatStreamAssembler(provider=self._provider)
-        async with self._endpoint.stream("chat/completions", content, self._policy) as response:
-            try:
-                async with (
-                    aclosing(cast(AsyncGenerator[str, None], response.aiter_lines())) as lines,
-                    aclosing(iter_sse(lines)) as events,
-                ):
-                    try:
-                        async for event in events:
-                            for delta in assembler.feed(event):
-                                yield delta
-                            if assembler.done:
-                                break
-                    except ModelError:
-                        await _drain(events)  # an in-band error is the server's last word
-                        raise
-                    await _drain(events)
-            except httpx.HTTPError as exc:
-                raise error_from_transport(
-                    exc, provider=self._provider, during_stream=True
-                ) from exc
-        yield ResponseComplete(assembler.finish())
-
-    async def aclose(self) -> None:
-        """Release the owned HTTP client; idempotent, and a borrowed client stays open."""
-        await self._endpoint.aclose()
+    def _drain_seconds(self) -> float:
+        return _DRAIN_SECONDS

@@ -3,38 +3,27 @@
 The Responses API is item-based and, with ``store: false``, stateless: every turn resends
 the whole transcript, including the model's encrypted reasoning items, which must sit
 immediately before the item that followed them. The wire rules live in
-:mod:`._responses_mapping`, the endpoint and retry policy in :mod:`._http`; this module
-holds the model class and the stream assembler, which turns typed events into deltas and
-builds the final reply from the same output items a JSON reply would carry. The request
-JSON is built and encoded once per call, so retries send byte-identical bodies.
+:mod:`._responses_mapping`, the endpoint, retries and the ``complete``/``stream`` plumbing
+in :mod:`._base`; this module holds the model class and the stream assembler, which turns
+typed events into deltas and builds the final reply from the same output items a JSON
+reply would carry. The request JSON is built and encoded once per call, so retries send
+byte-identical bodies.
 
-Example::
+Example (then used and closed like every :mod:`._base` model)::
 
     model = OpenAIResponsesModel("gpt-5", api_key=key)
-    try:
-        response = await model.complete(ModelRequest(messages=(UserMessage(content="hi"),)))
-    finally:
-        await model.aclose()
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from contextlib import aclosing
-from typing import Any, cast
+from collections.abc import Mapping
+from typing import Any
 
-import anyio
 import httpx
 
-from hermes_adapters.llm._http import (
-    Endpoint,
-    RetryPolicy,
-    SSEEvent,
-    error_from_payload,
-    error_from_transport,
-    iter_sse,
-)
+from hermes_adapters.llm._base import StreamAssembler, _HttpChatModel
+from hermes_adapters.llm._http import SSEEvent, error_from_payload
 from hermes_adapters.llm._responses_mapping import (
     as_mapping,
     fallback_items,
@@ -48,12 +37,11 @@ from hermes_adapters.llm._responses_mapping import (
     responses_body,
     usage_from_responses,
 )
-from hermes_core.errors import IncompleteStream, ModelError
+from hermes_core.errors import IncompleteStream
 from hermes_core.ports.llm import (
     ModelRequest,
     ModelResponse,
     ReasoningDelta,
-    ResponseComplete,
     StreamEvent,
     TextDelta,
     ToolCallDelta,
@@ -61,7 +49,6 @@ from hermes_core.ports.llm import (
 
 __all__ = ["OpenAIResponsesModel", "ResponsesStreamAssembler"]
 
-_DRAIN_SECONDS = 2.0
 _TERMINAL = {"response.completed", "response.incomplete"}
 _KIND_OF_DELTA = {
     "response.output_text.delta": "message",
@@ -73,20 +60,7 @@ _KIND_OF_DELTA = {
 _SEPARATOR = "\n\n"
 
 
-async def _drain(events: AsyncIterator[object]) -> None:
-    """Read to the end of the body (it is due right away after the terminal event or an
-    ``error``/``response.failed`` event) so httpx's nested byte iterators finish here
-    instead of being finalised later by the garbage collector in stray tasks; bounded, so
-    a server that keeps the connection open cannot hold the caller."""
-    with anyio.move_on_after(_DRAIN_SECONDS):
-        try:
-            async for _ in events:
-                pass
-        except httpx.HTTPError:
-            pass
-
-
-class OpenAIResponsesModel:
+class OpenAIResponsesModel(_HttpChatModel):
     """A :class:`hermes_core.ports.llm.ChatModel` over ``POST {base_url}/responses``.
 
     Args:
@@ -107,6 +81,9 @@ class OpenAIResponsesModel:
         timeout: read/connect timeout of the owned client.
     """
 
+    _api_mode = "codex_responses"
+    _path = "responses"
+
     def __init__(
         self,
         model: str,
@@ -122,36 +99,19 @@ class OpenAIResponsesModel:
         encrypted_reasoning: bool = True,
         timeout: httpx.Timeout | float | None = None,
     ) -> None:
-        self._model = model
-        self._provider = provider
-        self._endpoint = Endpoint(
-            base_url,
+        super().__init__(
+            model,
+            base_url=base_url,
             api_key=api_key,
+            client=client,
             provider=provider,
             headers=headers,
-            client=client,
+            max_retries=max_retries,
+            backoff=backoff,
             timeout=timeout,
-        )
-        self._policy = RetryPolicy(
-            max_retries=max_retries, base_delay=backoff[0], max_delay=backoff[1]
         )
         self._store = store
         self._encrypted_reasoning = encrypted_reasoning
-
-    def __repr__(self) -> str:
-        return f"OpenAIResponsesModel({self._model!r}, provider={self._provider!r})"
-
-    @property
-    def model_name(self) -> str:
-        return self._model
-
-    @property
-    def provider(self) -> str:
-        return self._provider
-
-    @property
-    def api_mode(self) -> str:
-        return "codex_responses"
 
     def build_body(self, request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
         """The JSON this model would send for ``request``; public so hosts can inspect it."""
@@ -163,60 +123,14 @@ class OpenAIResponsesModel:
             encrypted_reasoning=self._encrypted_reasoning,
         )
 
-    def _encode(self, request: ModelRequest, *, stream: bool) -> bytes:
-        body = self.build_body(request, stream=stream)
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """One non-streamed call.
-
-        Raises:
-            ModelError: mapped from the HTTP status, transport failure, an error body or a
-                ``failed``/``cancelled`` response, after retries.
-        """
-        content = self._encode(request, stream=False)
-        data = await self._endpoint.post_json("responses", content, self._policy)
+    def _parse(self, data: Any) -> ModelResponse:
+        """Raises the mapped error of an error body or a ``failed``/``cancelled`` response."""
         return parse_response(data, provider=self._provider)
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        """Stream deltas, then one :class:`ResponseComplete`.
-
-        Retries happen only before the first byte; once deltas flow a failure surfaces.
-        Close the iterator (``contextlib.aclosing``) when stopping early.
-
-        Raises:
-            IncompleteStream: the stream ended or broke before ``response.completed``
-                (or ``response.incomplete``).
-            ModelError: as for :meth:`complete`, including ``error`` and
-                ``response.failed`` events.
-        """
-        content = self._encode(request, stream=True)
-        assembler = ResponsesStreamAssembler(provider=self._provider)
-        async with self._endpoint.stream("responses", content, self._policy) as response:
-            try:
-                async with (
-                    aclosing(cast(AsyncGenerator[str, None], response.aiter_lines())) as lines,
-                    aclosing(iter_sse(lines)) as events,
-                ):
-                    try:
-                        async for event in events:
-                            for delta in assembler.feed(event):
-                                yield delta
-                            if assembler.done:
-                                break
-                    except ModelError:
-                        await _drain(events)  # an in-band error is the server's last word
-                        raise
-                    await _drain(events)
-            except httpx.HTTPError as exc:
-                raise error_from_transport(
-                    exc, provider=self._provider, during_stream=True
-                ) from exc
-        yield ResponseComplete(assembler.finish())
-
-    async def aclose(self) -> None:
-        """Release the owned HTTP client; idempotent, and a borrowed client stays open."""
-        await self._endpoint.aclose()
+    def _assembler(self) -> StreamAssembler:
+        """Ends on ``response.completed`` (or ``response.incomplete``); ``error`` and
+        ``response.failed`` events raise mapped."""
+        return ResponsesStreamAssembler(provider=self._provider)
 
 
 # -- stream assembly --------------------------------------------------------------------
