@@ -13,7 +13,13 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["MAX_QUERY_CHARS", "match_expression", "query_terms", "trigram_expression"]
+__all__ = [
+    "MAX_QUERY_CHARS",
+    "has_word",
+    "match_expression",
+    "query_terms",
+    "trigram_expression",
+]
 
 MAX_QUERY_CHARS = 2048
 """Longer queries are cut here: nobody types more, and FTS5 cost grows with terms."""
@@ -36,15 +42,16 @@ def _quote(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
 
-def _indexable(term: str) -> bool:
-    """Whether unicode61 finds at least one token (a letter or digit run) in ``term``."""
+def has_word(term: str) -> bool:
+    """Whether a word index (unicode61, PostgreSQL's parser) finds at least one token (a
+    letter or digit run) in ``term``."""
     return any(ch.isalnum() for ch in term)
 
 
 def match_expression(terms: list[str]) -> str | None:
     """An implicit-AND of quoted terms for the unicode61 index, or ``None`` if no term has
     a word in it (a query of bare punctuation has nothing a word index could find)."""
-    quoted = [_quote(term) for term in terms if _indexable(term)]
+    quoted = [_quote(term) for term in terms if has_word(term)]
     return " ".join(quoted) if quoted else None
 
 

@@ -2,10 +2,11 @@
 
 Why this module exists: the in-memory, SQLite and PostgreSQL stores must agree exactly on
 which sessions form a compression lineage, where a resume lands, what a child inherits
-from its parent and how a lineage's transcripts are joined; the contract suite holds them
-to it. Each store used to carry its own copy of these walks. Here they are written against
-:class:`NodeReader`, so a store only says how to fetch one session node and its children
-(a dict lookup, or a ``SELECT`` on its own connection inside its own transaction).
+from its parent, what a delete takes along and how a lineage's transcripts are joined;
+the contract suite holds them to it. Each store used to carry its own copy of these walks.
+Here they are written against :class:`NodeReader`, so a store only says how to fetch one
+session node and its children (a dict lookup, or a ``SELECT`` on its own connection inside
+its own transaction).
 
 The words: a *compression child* continues a parent that ended with ``"compression"``; a
 *fork* (a branch, a reset or a subagent's session) starts something new and is never part
@@ -14,7 +15,7 @@ of its parent's lineage, whatever the parent's end reason.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -30,9 +31,11 @@ __all__ = [
     "WORKSPACE_FIELDS",
     "Node",
     "NodeReader",
+    "cascade",
     "compression_tip",
     "dedupe_replayed_users",
     "inherited_fields",
+    "joined_transcripts",
     "lineage",
     "resume_target",
 ]
@@ -180,6 +183,26 @@ async def resume_target(reader: NodeReader, session_id: str) -> str:
     return best if best is not None else tip
 
 
+async def cascade(reader: NodeReader, session_id: str) -> tuple[list[str], list[str]]:
+    """What deleting ``session_id`` touches: (the sessions that go with it, its delegate
+    descendants before their parents and itself last; the children left behind, whose
+    parent link must be cleared first). Subagent sessions go with their parent; any other
+    child, a branch say, is orphaned instead."""
+    doomed, order, orphans = {session_id}, [], []
+
+    async def walk(current: str) -> None:
+        for child in await reader.children(current):
+            if child.is_delegate and child.id not in doomed:
+                doomed.add(child.id)
+                await walk(child.id)
+            else:
+                orphans.append(child.id)
+        order.append(current)
+
+    await walk(session_id)
+    return order, orphans
+
+
 def dedupe_replayed_users(segments: Sequence[Sequence[Message]]) -> list[Message]:
     """Join a lineage's transcripts, dropping the user messages a later segment replays.
 
@@ -196,3 +219,17 @@ def dedupe_replayed_users(segments: Sequence[Sequence[Message]]) -> list[Message
                 continue
             joined.append(message)
     return joined
+
+
+async def joined_transcripts(
+    reader: NodeReader,
+    session_id: str,
+    read: Callable[[str], Awaitable[Sequence[Message]]],
+    *,
+    ancestors: bool = True,
+) -> list[Message]:
+    """The transcripts ``read`` gives for the compression lineage ending at ``session_id``
+    (root first), or for that session alone without ``ancestors``, joined by
+    :func:`dedupe_replayed_users`."""
+    ids = await lineage(reader, session_id) if ancestors else [session_id]
+    return dedupe_replayed_users([await read(sid) for sid in ids])

@@ -16,19 +16,11 @@ from typing import Any
 
 import aiosqlite
 
-from hermes_adapters.sessions._lineage import COMPRESSION, FORK_MARKERS
+from hermes_adapters.sessions._lineage import COMPRESSION
 from hermes_adapters.sessions._sqlite_messages import insert_batch
-from hermes_adapters.sessions._sqlite_rows import (
-    config_of,
-    dumps,
-    execute,
-    fetch_all,
-    fetch_one,
-    merge_config,
-)
+from hermes_adapters.sessions._sqlite_rows import execute, fetch_all, fetch_one
 from hermes_adapters.sessions._sqlite_schema import MESSAGE_COLUMNS, EncodedMessage
 from hermes_adapters.sessions._sqlite_sessions import (
-    check_appendable,
     check_parent,
     gc_prompts,
     inherit,
@@ -36,7 +28,13 @@ from hermes_adapters.sessions._sqlite_sessions import (
     require,
     update,
 )
-from hermes_core.errors import CompressionInProgress, SessionStoreError
+from hermes_adapters.sessions._store_common import (
+    check_appendable,
+    check_lease,
+    check_rotation,
+    merge_config,
+    rotation_values,
+)
 
 __all__ = [
     "acquire_lock",
@@ -112,17 +110,8 @@ async def _check_lease(
     lock = await fetch_one(
         conn, "SELECT holder, expires_at FROM compression_locks WHERE session_id = ?", (session_id,)
     )
-    if holder is None:
-        if lock is not None and lock["expires_at"] >= time.time():
-            raise CompressionInProgress(
-                f"{operation}: session {session_id!r} is being compressed by {lock['holder']!r}"
-            )
-        return
-    if lock is None or lock["holder"] != holder:
-        owner = f"held by {lock['holder']!r}" if lock is not None else "not held"
-        raise CompressionInProgress(
-            f"{operation}: compression lock of session {session_id!r} is {owner}, not by {holder!r}"
-        )
+    current = (lock["holder"], lock["expires_at"]) if lock is not None else None
+    check_lease(session_id, current, holder, time.time, operation)
 
 
 # -- compaction and rotation ----------------------------------------------------------------
@@ -140,7 +129,7 @@ async def archive_and_compact(
     merge ``patch`` into ``model_config``; return the new message count."""
     row = await require(conn, session_id, "archive_and_compact")
     await _check_lease(conn, session_id, holder, "archive_and_compact")
-    check_appendable(row, "archive_and_compact")
+    check_appendable(session_id, row["end_reason"], "archive_and_compact")
     late: list[int] = []
     if watermark is not None:
         late = [
@@ -182,18 +171,11 @@ async def publish_child(
     operation = "publish_compression_child"
     parent = await require(conn, parent_id, operation)
     await _check_lease(conn, parent_id, holder, operation)
-    check_appendable(parent, operation)
-    if not child_id or child_id == parent_id:
-        raise SessionStoreError(
-            f"{operation}: invalid child id {child_id!r} for parent {parent_id!r}"
-        )
+    check_appendable(parent_id, parent["end_reason"], operation)
     existing = await fetch_one(conn, "SELECT * FROM sessions WHERE id = ?", (child_id,))
+    current = existing["parent_session_id"] if existing is not None else None
+    check_rotation(parent_id, child_id, current, operation)
     if existing is not None:
-        if existing["parent_session_id"] not in (None, parent_id):
-            raise SessionStoreError(
-                f"{operation}: session {child_id!r} already exists as a child of "
-                f"{existing['parent_session_id']!r}"
-            )
         await check_parent(conn, child_id, parent_id, operation)
     now = time.time()
     await execute(
@@ -202,15 +184,7 @@ async def publish_child(
         (child_id, source or parent["source"], now),
     )
     child = await require(conn, child_id, operation)
-    values: dict[str, Any] = {"parent_session_id": parent_id}
-    if child["model"] is None:
-        values["model"] = parent["model"]
-    if not config_of(child):
-        inherited = {k: v for k, v in config_of(parent).items() if k not in FORK_MARKERS}
-        values["model_config"] = dumps(inherited)
-    if child["system_prompt_hash"] is None and child["system_prompt"] is None:
-        values["system_prompt_hash"] = parent["system_prompt_hash"]
-    await update(conn, child_id, values)
+    await update(conn, child_id, rotation_values(parent, child))
     await update(conn, parent_id, {"ended_at": now, "end_reason": COMPRESSION})
     await inherit(conn, child_id)
     await insert_batch(conn, child_id, encoded)

@@ -9,7 +9,6 @@ connection handling in ``sqlite.py``. Every function runs inside the store's tra
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -19,12 +18,8 @@ import aiosqlite
 from hermes_adapters.sessions import _lineage
 from hermes_adapters.sessions._sqlite_rows import execute, fetch_all, insert, stored_message
 from hermes_adapters.sessions._sqlite_schema import INSERT_MESSAGE, EncodedMessage, decode_message
-from hermes_adapters.sessions._sqlite_sessions import (
-    Nodes,
-    check_appendable,
-    recount,
-    require,
-)
+from hermes_adapters.sessions._sqlite_sessions import Nodes, recount, require
+from hermes_adapters.sessions._store_common import batch_timestamps, check_appendable
 from hermes_core.messages import Message
 from hermes_core.ports.sessions import StoredMessage
 
@@ -38,26 +33,14 @@ __all__ = [
     "stored_messages",
 ]
 
-_BATCH_STEP = 1e-6
 _SCOPE_ACTIVE = " AND active = 1"
-
-
-def _batch_timestamps(start: float, count: int) -> list[float]:
-    """``count`` timestamps from ``start``, each strictly greater than the one before."""
-    stamps: list[float] = []
-    now = start
-    for _ in range(count):
-        stamps.append(now)
-        step = now + _BATCH_STEP
-        now = step if step > now else math.nextafter(now, math.inf)
-    return stamps
 
 
 async def insert_batch(
     conn: aiosqlite.Connection, session_id: str, encoded: Sequence[EncodedMessage]
 ) -> list[int]:
     """Insert ``encoded`` with strictly increasing timestamps from now; return the ids."""
-    stamps = _batch_timestamps(time.time(), len(encoded))
+    stamps = batch_timestamps(time.time(), len(encoded))
     return [
         await insert(conn, INSERT_MESSAGE, enc.params(session_id, stamp))
         for enc, stamp in zip(encoded, stamps, strict=True)
@@ -76,7 +59,7 @@ async def append(
 ) -> int:
     """Append one message and count it; return its row id."""
     row = await require(conn, session_id, "append_message")
-    check_appendable(row, "append_message")
+    check_appendable(session_id, row["end_reason"], "append_message")
     stamp = time.time() if timestamp is None else float(timestamp)
     new_id = await insert(conn, INSERT_MESSAGE, encoded.params(session_id, stamp, token_count))
     await execute(
@@ -93,7 +76,7 @@ async def append_batch(
 ) -> list[int]:
     """Append ``encoded`` and count them; return the row ids in order."""
     row = await require(conn, session_id, "append_messages")
-    check_appendable(row, "append_messages")
+    check_appendable(session_id, row["end_reason"], "append_messages")
     ids = await insert_batch(conn, session_id, encoded)
     await execute(
         conn,
@@ -167,14 +150,13 @@ async def conversation(
     include_inactive: bool,
 ) -> list[Message]:
     """The transcript as messages; with ancestors, its compression lineage root first."""
-    if include_ancestors:
-        lineage = await _lineage.lineage(Nodes(conn), session_id)
-    else:
-        lineage = [session_id]
-    segments = [
-        await _scoped_messages(conn, sid, include_inactive=include_inactive) for sid in lineage
-    ]
-    return _lineage.dedupe_replayed_users(segments)
+
+    async def read(sid: str) -> list[Message]:
+        return await _scoped_messages(conn, sid, include_inactive=include_inactive)
+
+    return await _lineage.joined_transcripts(
+        Nodes(conn), session_id, read, ancestors=include_ancestors
+    )
 
 
 async def resume_conversations(
@@ -182,8 +164,7 @@ async def resume_conversations(
 ) -> tuple[list[Message], list[Message]]:
     """(model history of the session, unrepaired; full display history of its lineage)."""
     model = await _scoped_messages(conn, session_id, include_inactive=False)
-    segments = [
-        await _display_messages(conn, sid)
-        for sid in await _lineage.lineage(Nodes(conn), session_id)
-    ]
-    return model, _lineage.dedupe_replayed_users(segments)
+    display = await _lineage.joined_transcripts(
+        Nodes(conn), session_id, lambda sid: _display_messages(conn, sid)
+    )
+    return model, display

@@ -17,12 +17,12 @@ from typing import Any
 import aiosqlite
 
 from hermes_adapters.sessions import _fts
-from hermes_adapters.sessions._sqlite_rows import SESSION_SELECT, fetch_all, fetch_one, session_info
+from hermes_adapters.sessions._sqlite_rows import fetch_all, fetch_one
+from hermes_adapters.sessions._store_common import CONTEXT_CHARS, SESSION_SELECT, session_info
 from hermes_core.ports.sessions import SearchHit, SessionInfo, SortOrder
 
 __all__ = ["message_search", "search_sessions"]
 
-_CONTEXT_CHARS = 200
 _SCOPE_SEARCH = " AND (active = 1 OR compacted = 1)"
 _LAST_ACTIVE = (
     "COALESCE(MAX(COALESCE(last_activity_at, last_message_at), "
@@ -124,7 +124,7 @@ async def _hit(conn: aiosqlite.Connection, row: sqlite3.Row, include_inactive: b
 def _context_entry(row: sqlite3.Row | None) -> list[dict[str, str]]:
     if row is None:
         return []
-    return [{"role": row["role"], "content": (row["content"] or "")[:_CONTEXT_CHARS]}]
+    return [{"role": row["role"], "content": (row["content"] or "")[:CONTEXT_CHARS]}]
 
 
 async def search_sessions(

@@ -10,7 +10,6 @@ to the connection, the writer lock and the retries.
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import time
 from collections.abc import Mapping
@@ -18,37 +17,34 @@ from typing import Any
 
 import aiosqlite
 
-from hermes_adapters.sessions._lineage import COMPRESSION, Node, inherited_fields
-from hermes_adapters.sessions._sqlite_rows import (
+from hermes_adapters.sessions._lineage import Node, cascade
+from hermes_adapters.sessions._sqlite_rows import execute, fetch_all, fetch_one
+from hermes_adapters.sessions._store_common import (
+    NODE_SELECT,
     SESSION_SELECT,
-    config_of,
-    dumps,
-    execute,
-    fetch_all,
-    fetch_one,
-    json_object,
+    check_no_cycle,
+    filled_columns,
+    inherited_values,
     lineage_node,
-    merge_config,
+    metadata_values,
+    prompt_hash,
+    prompt_to_store,
     session_info,
+    usage_columns,
 )
-from hermes_core.errors import SessionClosedForAppend, SessionNotFound, SessionStoreError
+from hermes_core.errors import SessionNotFound, SessionStoreError
 from hermes_core.messages import Usage
-from hermes_core.ports.sessions import IDENTITY_FIELDS, SessionInfo
+from hermes_core.ports.sessions import SessionInfo
 
 __all__ = [
-    "CREATE_FIELDS",
-    "METADATA_FIELDS",
     "Nodes",
     "add_usage",
-    "check_appendable",
-    "check_fields",
     "check_parent",
     "delete",
     "end",
     "gc_prompts",
     "get_info",
     "inherit",
-    "json_config",
     "recount",
     "reopen",
     "require",
@@ -59,39 +55,10 @@ __all__ = [
     "upsert",
 ]
 
-CREATE_FIELDS = frozenset({"model", "model_config", "system_prompt", "parent_session_id"})
-METADATA_FIELDS = frozenset({"title", "model", "model_config"})
-_USAGE_COLUMNS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "reasoning_tokens",
-    "api_call_count",
-)
 _ACTIVE_TOOL_CALLS = (
     "SELECT COALESCE(SUM(CASE WHEN json_valid(tool_calls) THEN json_array_length(tool_calls) "
     "ELSE 0 END), 0) FROM messages WHERE session_id = ?1 AND active = 1"
 )
-_NODE_SELECT = (
-    "SELECT id, source, parent_session_id, end_reason, model_config, started_at FROM sessions"
-)
-
-
-# -- checks outside the transaction ---------------------------------------------------------
-
-
-def check_fields(fields: Mapping[str, Any], allowed: frozenset[str], operation: str) -> None:
-    """Refuse a keyword that is neither in ``allowed`` nor an identity field."""
-    unknown = sorted(set(fields) - allowed - set(IDENTITY_FIELDS))
-    if unknown:
-        raise TypeError(f"{operation}() got unknown field(s): {', '.join(unknown)}")
-
-
-def json_config(fields: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The ``model_config`` field as the database will return it, ``None`` when not given."""
-    given = fields.get("model_config")
-    return json_object(given, "model_config") if given is not None else None
 
 
 # -- lineage view ---------------------------------------------------------------------------
@@ -104,13 +71,13 @@ class Nodes:
         self._conn = conn
 
     async def node(self, session_id: str) -> Node | None:
-        row = await fetch_one(self._conn, f"{_NODE_SELECT} WHERE id = ?", (session_id,))
+        row = await fetch_one(self._conn, f"{NODE_SELECT} WHERE id = ?", (session_id,))
         return lineage_node(row) if row is not None else None
 
     async def children(self, session_id: str) -> list[Node]:
         rows = await fetch_all(
             self._conn,
-            f"{_NODE_SELECT} WHERE parent_session_id = ? ORDER BY started_at, id",
+            f"{NODE_SELECT} WHERE parent_session_id = ? ORDER BY started_at, id",
             (session_id,),
         )
         return [lineage_node(row) for row in rows]
@@ -132,14 +99,6 @@ async def require(conn: aiosqlite.Connection, session_id: str, operation: str) -
     return row
 
 
-def check_appendable(row: sqlite3.Row, operation: str) -> None:
-    if row["end_reason"] == COMPRESSION:
-        raise SessionClosedForAppend(
-            f"{operation}: session {row['id']!r} was ended by compression; "
-            "write to its continuation (resolve_resume_session_id) instead"
-        )
-
-
 async def update(conn: aiosqlite.Connection, session_id: str, values: Mapping[str, Any]) -> None:
     """``UPDATE sessions`` with ``values``; column names come from this package only."""
     if values:
@@ -156,19 +115,14 @@ async def check_parent(
 ) -> None:
     """The parent exists and linking it would not make a cycle."""
     await require(conn, parent_id, f"{operation}(parent_session_id)")
-    cursor: str | None = parent_id
-    seen: set[str] = set()
-    while cursor is not None and cursor not in seen:
-        if cursor == session_id:
-            raise SessionStoreError(
-                f"{operation}: making {parent_id!r} the parent of {session_id!r} "
-                "would create a cycle"
-            )
-        seen.add(cursor)
+
+    async def parent_of(session: str) -> str | None:
         row = await fetch_one(
-            conn, "SELECT parent_session_id FROM sessions WHERE id = ?", (cursor,)
+            conn, "SELECT parent_session_id FROM sessions WHERE id = ?", (session,)
         )
-        cursor = row[0] if row is not None else None
+        return row[0] if row is not None else None
+
+    await check_no_cycle(session_id, parent_id, operation, parent_of)
 
 
 async def inherit(conn: aiosqlite.Connection, session_id: str) -> None:
@@ -178,17 +132,12 @@ async def inherit(conn: aiosqlite.Connection, session_id: str) -> None:
     parent = await fetch_one(conn, "SELECT * FROM sessions WHERE id = ?", (parent_id,))
     if parent is None:
         return
-    names = inherited_fields(parent["end_reason"])
-    await update(
-        conn,
-        session_id,
-        {n: parent[n] for n in names if child[n] is None and parent[n] is not None},
-    )
+    await update(conn, session_id, inherited_values(parent, child))
 
 
 async def _store_prompt(conn: aiosqlite.Connection, prompt: str) -> str:
     """Keep ``prompt`` once, under its sha256; return the hash."""
-    digest = hashlib.sha256(prompt.encode("utf-8")).hexdigest()
+    digest = prompt_hash(prompt)
     await execute(
         conn, "INSERT OR IGNORE INTO system_prompts(hash, prompt) VALUES (?, ?)", (digest, prompt)
     )
@@ -227,7 +176,6 @@ async def upsert(
     config: dict[str, Any] | None,
 ) -> None:
     """Create the session or fill only the fields it lacks (``create_session``)."""
-    prompt: str | None = fields.get("system_prompt")
     parent_id: str | None = fields.get("parent_session_id")
     if parent_id is not None:
         await check_parent(conn, session_id, parent_id, "create_session")
@@ -237,19 +185,10 @@ async def upsert(
         (session_id, source, time.time()),
     )
     row = await require(conn, session_id, "create_session")
-    values: dict[str, Any] = {}
-    if row["model"] is None and fields.get("model") is not None:
-        values["model"] = fields["model"]
-    if config and not config_of(row):
-        values["model_config"] = dumps(config)
-    has_prompt = row["system_prompt_hash"] is not None or row["system_prompt"] is not None
-    if prompt is not None and not has_prompt:
+    values = filled_columns(row, fields, config)
+    prompt = prompt_to_store(row, fields)
+    if prompt is not None:
         values["system_prompt_hash"] = await _store_prompt(conn, prompt)
-    for name in IDENTITY_FIELDS:
-        if row[name] is None and fields.get(name) is not None:
-            values[name] = fields[name]
-    if row["parent_session_id"] is None and parent_id is not None:
-        values["parent_session_id"] = parent_id
     await update(conn, session_id, values)
     if "parent_session_id" in values:
         await inherit(conn, session_id)
@@ -299,11 +238,7 @@ async def set_metadata(
             raise SessionStoreError(
                 f"update_metadata: title {title!r} is already used by session {owner[0]!r}"
             )
-    values: dict[str, Any] = {
-        name: fields[name] for name in ("title", "model", *IDENTITY_FIELDS) if name in fields
-    }
-    if patch is not None:
-        values["model_config"] = merge_config(row, patch)
+    values = metadata_values(row, fields, patch)
     await update(conn, session_id, values)
 
 
@@ -317,21 +252,14 @@ async def add_usage(
     absolute: bool,
 ) -> None:
     """Add (or set) the token and call counters; fill a missing model; mark it active."""
-    values = (
-        usage.input_tokens,
-        usage.output_tokens,
-        usage.cache_read_tokens,
-        usage.cache_write_tokens,
-        usage.reasoning_tokens,
-        api_calls,
-    )
+    counters = usage_columns(usage, api_calls)
     template = "{0} = ?" if absolute else "{0} = {0} + ?"
-    assignments = ", ".join(template.format(name) for name in _USAGE_COLUMNS)
+    assignments = ", ".join(template.format(name) for name in counters)
     changed = await execute(
         conn,
         f"UPDATE sessions SET {assignments}, model = COALESCE(model, ?), "
         "last_activity_at = ? WHERE id = ?",
-        (*values, model, time.time(), session_id),
+        (*counters.values(), model, time.time(), session_id),
     )
     if not changed:
         raise SessionNotFound(f"update_token_counts: no session {session_id!r}")
@@ -356,18 +284,12 @@ async def delete(conn: aiosqlite.Connection, session_id: str) -> bool:
     """Delete a session: delegate children go too, other children are orphaned."""
     if await Nodes(conn).node(session_id) is None:
         return False
-    await _delete_tree(conn, session_id, {session_id})
+    doomed, orphans = await cascade(Nodes(conn), session_id)
+    for orphan in orphans:
+        await update(conn, orphan, {"parent_session_id": None})
+    for sid in doomed:
+        await execute(conn, "DELETE FROM messages WHERE session_id = ?", (sid,))
+        await execute(conn, "DELETE FROM compression_locks WHERE session_id = ?", (sid,))
+        await execute(conn, "DELETE FROM sessions WHERE id = ?", (sid,))
     await gc_prompts(conn)
     return True
-
-
-async def _delete_tree(conn: aiosqlite.Connection, session_id: str, doomed: set[str]) -> None:
-    for child in await Nodes(conn).children(session_id):
-        if child.is_delegate and child.id not in doomed:
-            doomed.add(child.id)
-            await _delete_tree(conn, child.id, doomed)
-        else:
-            await update(conn, child.id, {"parent_session_id": None})
-    await execute(conn, "DELETE FROM messages WHERE session_id = ?", (session_id,))
-    await execute(conn, "DELETE FROM compression_locks WHERE session_id = ?", (session_id,))
-    await execute(conn, "DELETE FROM sessions WHERE id = ?", (session_id,))

@@ -19,7 +19,7 @@ Semantics match :class:`~hermes_adapters.sessions.memory.InMemorySessionStore`; 
 
 This module owns the connection, the writer lock and the retries; each operation's SQL is
 in ``_sqlite_sessions``, ``_sqlite_messages``, ``_sqlite_compaction`` and ``_sqlite_search``,
-run inside the transaction opened here; the lineage walks are shared (``_lineage``).
+run in the transaction opened here; rules all stores share: ``_lineage``, ``_store_common``.
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ from typing import Any, TypeVar
 import aiosqlite
 import anyio
 
-from hermes_adapters.sessions import _lineage
+from hermes_adapters.sessions import _lineage, _store_common
 from hermes_adapters.sessions import _sqlite_compaction as _compaction
 from hermes_adapters.sessions import _sqlite_messages as _messages
 from hermes_adapters.sessions import _sqlite_search as _search
 from hermes_adapters.sessions import _sqlite_sessions as _sessions
-from hermes_adapters.sessions._sqlite_rows import execute, fetch_one, json_object
+from hermes_adapters.sessions._sqlite_rows import execute, fetch_one
 from hermes_adapters.sessions._sqlite_schema import check_readable, encode_message, migrate
 from hermes_core import invariants
 from hermes_core.errors import ReadOnlyStore, SessionStoreError, StoreClosed
@@ -304,10 +304,10 @@ class SQLiteSessionStore:
             SessionStoreError: the id is empty, or the parent link would make a cycle.
         """
         self._check_writable("create_session")
-        _sessions.check_fields(fields, _sessions.CREATE_FIELDS, "create_session")
+        _store_common.check_fields(fields, _store_common.CREATE_FIELDS, "create_session")
         if not session_id:
             raise SessionStoreError("create_session: the session id must not be empty")
-        config = _sessions.json_config(fields)
+        config = _store_common.json_config(fields)
         await self._write(
             "create_session", lambda c: _sessions.upsert(c, session_id, source, fields, config)
         )
@@ -342,8 +342,8 @@ class SQLiteSessionStore:
             SessionStoreError: the title is already used by another session.
         """
         self._check_writable("update_metadata")
-        _sessions.check_fields(fields, _sessions.METADATA_FIELDS, "update_metadata")
-        patch = _sessions.json_config(fields)
+        _store_common.check_fields(fields, _store_common.METADATA_FIELDS, "update_metadata")
+        patch = _store_common.json_config(fields)
         await self._write(
             "update_metadata", lambda c: _sessions.set_metadata(c, session_id, fields, patch)
         )
@@ -577,7 +577,7 @@ class SQLiteSessionStore:
         """
         self._check_writable("archive_and_compact")
         encoded = [encode_message(m) for m in compacted]
-        patch = json_object(model_config_patch, "model_config_patch") if model_config_patch else {}
+        patch = _store_common.config_patch(model_config_patch)
         return await self._write(
             "archive_and_compact",
             lambda c: _compaction.archive_and_compact(
