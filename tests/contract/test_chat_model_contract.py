@@ -80,3 +80,18 @@ class TestOpenAIChatContractOverLoopback(ChatModelContract):
                 yield Harness(model, sim, MAX_RETRIES)
             finally:
                 await model.aclose()
+
+
+class TestOpenAIChatContractOverHttpxPool(ChatModelContract):
+    """The same loopback path over httpx's own pool, the selectable alternative transport."""
+
+    @pytest.fixture
+    async def harness(self, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[ContractHarness]:
+        monkeypatch.setenv("HERMES_HTTP_TRANSPORT", "httpx")
+        sim = OpenAIChatSimulator("openrouter")
+        async with sim.serve() as base_url:
+            model = _model(sim, base_url, None)
+            try:
+                yield Harness(model, sim, MAX_RETRIES)
+            finally:
+                await model.aclose()
