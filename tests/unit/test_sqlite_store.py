@@ -418,3 +418,46 @@ async def test_a_killed_writer_leaves_every_committed_message(db_path: Path) -> 
         info = await store.get_session("victim")
         assert info is not None and info.message_count == len(stored)
         await store.append_message("victim", user("life goes on"))
+
+
+async def test_a_cancelled_turn_resumes_from_sqlite_in_a_new_process_view(db_path: Path) -> None:
+    """Cancel mid-tool, then a fresh store and agent on the same file resume cleanly."""
+
+    from hermes_adapters.llm.scripted import ScriptedModel, call, reply, tool_calls
+    from hermes_core import Agent, FunctionTool, ToolSpec
+    from hermes_core.invariants import CANCELLED_RESULT, validate
+
+    started = anyio.Event()
+
+    async def hang(args: dict[str, Any], ctx: Any) -> str:
+        started.set()
+        await anyio.sleep(60)
+        return "never"
+
+    tool = FunctionTool(ToolSpec(name="hang", description="hangs"), hang)
+    async with SQLiteSessionStore(db_path) as store:
+        agent = Agent(
+            ScriptedModel([tool_calls(call("hang", id="h1"))]),
+            [tool],
+            sessions=store,
+            session_id="s1",
+        )
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as group:
+                group.start_soon(agent.run_conversation, "start")
+                with anyio.fail_after(10):
+                    await started.wait()
+                scope.cancel()
+    async with SQLiteSessionStore(db_path) as reopened:
+        stored = await reopened.get_conversation("s1")
+        assert [m.role for m in stored] == ["user", "assistant", "tool"]
+        assert stored[-1].content == CANCELLED_RESULT
+        model = ScriptedModel([reply("resumed fine")])
+        resumed = Agent(model, [tool], sessions=reopened, session_id="s1")
+        result = await resumed.run_conversation("again")
+        assert result["final_response"] == "resumed fine"
+        assert validate(model.last_request.messages) == []
+        assert [m.role for m in await reopened.get_conversation("s1")][-2:] == [
+            "user",
+            "assistant",
+        ]
