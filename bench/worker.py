@@ -42,14 +42,20 @@ __all__ = ["main", "run_worker"]
 
 
 def _rss_mb() -> tuple[float, float]:
-    """(current RSS, peak RSS) in MiB, from /proc where there is one."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    current = peak
+    """(current RSS, peak RSS) in MiB.
+
+    The peak is ``VmHWM`` from /proc: on Linux ``ru_maxrss`` survives ``exec``, so a
+    worker forked from the orchestrator would report the orchestrator's size as its
+    floor. ``ru_maxrss`` is the fallback where there is no /proc.
+    """
+    peak = current = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     try:
         with open("/proc/self/status", encoding="ascii") as status:
             for line in status:
                 if line.startswith("VmRSS:"):
                     current = int(line.split()[1]) / 1024
+                elif line.startswith("VmHWM:"):
+                    peak = int(line.split()[1]) / 1024
     except OSError:
         pass
     return current, peak

@@ -190,6 +190,8 @@ class Agent:
         self._interrupt: str | None = None
         self._interrupt_requested = False
         self._closed = False
+        self._system: SystemMessage | None = None
+        self._overhead: tuple[object, object, int] | None = None
 
     # -- public API ------------------------------------------------------------------
 
@@ -334,7 +336,7 @@ class Agent:
         else:
             base = list(self._history)
         base = [m for m in base if not isinstance(m, SystemMessage)]
-        turn.transcript = repair(base)
+        turn.set_transcript(repair(base))
         turn.start = len(turn.transcript)
         turn.add(UserMessage(content=turn.user_text))
 
@@ -391,7 +393,7 @@ class Agent:
         results when no tools are defined, and the cached prefix stays byte-identical."""
         assert self._prompt is not None and self._specs is not None
         return ModelRequest(
-            messages=(SystemMessage(content=self._prompt.text), *turn.transcript),
+            messages=(self._system_message(), *turn.transcript),
             tools=self._specs,
             model=self.model.model_name,
             max_tokens=self.settings.max_tokens,
@@ -450,7 +452,7 @@ class Agent:
         if summary:
             return await self._summary_call(turn)
         turn.budget.consume()
-        if self._compactor.due(turn.transcript, self._overhead_chars()):
+        if self._compactor.due_chars(turn.chars + self._overhead_chars()):
             await self._compact(turn, reason="threshold")
         attempts = 0
         while True:
@@ -482,8 +484,21 @@ class Agent:
         )
 
     def _overhead_chars(self) -> int:
+        """Prompt and schema characters; recomputed only when the prompt or specs change."""
+        cached = self._overhead
+        if cached is not None and cached[0] is self._prompt and cached[1] is self._specs:
+            return cached[2]
         prompt = len(self._prompt.text) if self._prompt else 0
-        return prompt + sum(len(str(s.parameters)) + len(s.description) for s in self._specs or ())
+        chars = prompt + sum(len(str(s.parameters)) + len(s.description) for s in self._specs or ())
+        self._overhead = (self._prompt, self._specs, chars)
+        return chars
+
+    def _system_message(self) -> SystemMessage:
+        """One object per prompt text, so adapters' identity caches hit every round."""
+        assert self._prompt is not None
+        if self._system is None or self._system.content != self._prompt.text:
+            self._system = SystemMessage(content=self._prompt.text)
+        return self._system
 
     async def _compact(self, turn: RunningTurn, *, reason: str) -> bool:
         """Compress the transcript; continue in a lineage-linked child session if stored."""
@@ -503,7 +518,7 @@ class Agent:
         await self._build_prompt(turn, fresh=True)
         if self.sessions is not None and self.session_id is not None and self._prompt:
             await self.sessions.update_system_prompt(self.session_id, self._prompt.text)
-        turn.transcript = compacted
+        turn.set_transcript(compacted)
         turn.start = next(
             (i for i, m in enumerate(compacted) if m is current_user),
             max(i for i, m in enumerate(compacted) if isinstance(m, UserMessage)),

@@ -47,6 +47,12 @@ class Compactor:
         estimated = estimate_tokens(transcript, overhead_chars)
         return max(estimated, self.last_prompt_tokens) >= self.threshold
 
+    def due_chars(self, chars: int) -> bool:
+        """:meth:`due` for a character count the caller keeps current (O(1) a round)."""
+        if not self.settings.enabled:
+            return False
+        return max(-(-chars // 4), self.last_prompt_tokens) >= self.threshold
+
     async def compact(self, transcript: list[Message]) -> list[Message] | None:
         """The compacted transcript, or ``None`` when nothing can or should be cut."""
         plan = plan_compression(transcript, self.settings, first_pass=self.compactions == 0)

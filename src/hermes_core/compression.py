@@ -128,6 +128,11 @@ def _chars(message: Message) -> int:
     return size
 
 
+def message_chars(message: Message) -> int:
+    """The characters :func:`estimate_tokens` counts for one message."""
+    return _chars(message)
+
+
 def estimate_tokens(messages: Sequence[Message], extra_chars: int = 0) -> int:
     """A cheap estimate: a token per four characters (images count 1500 each)."""
     return math.ceil((sum(_chars(m) for m in messages) + extra_chars) / 4)

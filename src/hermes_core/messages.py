@@ -54,6 +54,9 @@ PROVIDER_DATA_KEYS: tuple[str, ...] = (
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+    # Weak references let adapters cache a message's wire encoding for exactly as long as
+    # the message lives (frozen models with dict fields cannot be dict keys).
+    __slots__ = ("__weakref__",)
 
 
 class Usage(_Frozen):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hermes_core.budget import IterationBudget, pressure_note
+from hermes_core.compression import message_chars
 from hermes_core.dispatch import PreparedCall, interrupted_result
 from hermes_core.invariants import CANCELLED_RESULT
 from hermes_core.messages import Message, ToolMessage, Usage, messages_to_dicts
@@ -74,9 +75,18 @@ class RunningTurn:
     open_calls: list[PreparedCall] = field(default_factory=list)
     slots: list[ToolResult | None] = field(default_factory=list)
 
+    chars: int = 0
+    """``message_chars`` summed over ``transcript``; :meth:`add` keeps it current."""
+
     def add(self, message: Message) -> None:
         self.transcript.append(message)
         self.pending.append(message)
+        self.chars += message_chars(message)
+
+    def set_transcript(self, transcript: list[Message]) -> None:
+        """Replace the transcript (history assembled, compaction) and recount."""
+        self.transcript = transcript
+        self.chars = sum(message_chars(m) for m in transcript)
 
     def close_tool_group(self, *, batch_cap: int, cancelled: bool = False) -> None:
         """Append one result per open call, in call order, and clear the open group.

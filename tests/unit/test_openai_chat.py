@@ -489,14 +489,14 @@ async def test_request_is_built_once_per_call(monkeypatch: pytest.MonkeyPatch) -
     sim = OpenAIChatSimulator()
     sim.play(HttpError(503), HttpError(429, headers={"retry-after-ms": "1"}), TextReply("ok"))
     calls = 0
-    original = OpenAIChatModel.build_body
+    original = OpenAIChatModel._encode
 
-    def counting(self: OpenAIChatModel, request: ModelRequest, *, stream: bool = False) -> Any:
+    def counting(self: OpenAIChatModel, request: ModelRequest, *, stream: bool) -> bytes:
         nonlocal calls
         calls += 1
         return original(self, request, stream=stream)
 
-    monkeypatch.setattr(OpenAIChatModel, "build_body", counting)
+    monkeypatch.setattr(OpenAIChatModel, "_encode", counting)
     async with sim.mock_client() as client:
         model = OpenAIChatModel("m", client=client, backoff=(0.001, 0.001))
         assert (await model.complete(_hi())).message.content == "ok"

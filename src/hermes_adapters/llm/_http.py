@@ -333,6 +333,7 @@ class Endpoint:
         self._transport: Transport = transport or default_transport()
         self._owns_client = client is None
         self._closed = False
+        self._prepared: dict[tuple[str, bool], tuple[httpx.URL, dict[str, str]]] = {}
 
     def __repr__(self) -> str:  # never show the key
         return f"Endpoint({self.base_url!r}, provider={self.provider!r})"
@@ -365,14 +366,20 @@ class Endpoint:
         return self._client
 
     def _request(self, path: str, content: bytes, stream: bool) -> httpx.Request:
-        url = self.url(path)
-        headers = {
-            "content-type": "application/json",
-            "accept": "text/event-stream" if stream else "application/json",
-            **self._headers,
-        }
-        if self._api_key:
-            headers[self._auth_header] = f"{self._auth_prefix}{self._api_key}"
+        # Parsing the URL and assembling the headers cost more than the rest of
+        # build_request, and depend only on (path, stream): done once per pair.
+        prepared = self._prepared.get((path, stream))
+        if prepared is None:
+            headers = {
+                "content-type": "application/json",
+                "accept": "text/event-stream" if stream else "application/json",
+                **self._headers,
+            }
+            if self._api_key:
+                headers[self._auth_header] = f"{self._auth_prefix}{self._api_key}"
+            prepared = (httpx.URL(self.url(path)), headers)
+            self._prepared[(path, stream)] = prepared
+        url, headers = prepared
         return self._http().build_request("POST", url, content=content, headers=headers)
 
     async def _send(

@@ -154,18 +154,28 @@ def chat_body(
     reasoning_echo: ReasoningEcho = "none",
     max_tokens_field: str = "max_completion_tokens",
     keep_extra_content: bool = False,
+    messages: Any = None,
+    tools: Any = None,
 ) -> dict[str, Any]:
-    """The full request JSON. ``request.settings`` pass through; ``extra_body`` merges last."""
+    """The full request JSON. ``request.settings`` pass through; ``extra_body`` merges last.
+
+    ``messages``/``tools``: values to use instead of converting ``request``'s (the adapter
+    passes placeholders and splices its cached JSON in).
+    """
     body: dict[str, Any] = {
         "model": request.model or model,
-        "messages": chat_messages(
+        "messages": messages
+        if messages is not None
+        else chat_messages(
             request.messages,
             reasoning_echo=reasoning_echo,
             keep_extra_content=keep_extra_content,
         ),
     }
     if request.tools:
-        body["tools"] = [spec.function_schema() for spec in request.tools]
+        body["tools"] = (
+            tools if tools is not None else [spec.function_schema() for spec in request.tools]
+        )
         if request.tool_choice is not None:
             body["tool_choice"] = request.tool_choice
     if request.max_tokens is not None:

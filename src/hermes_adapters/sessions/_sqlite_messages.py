@@ -39,12 +39,21 @@ _SCOPE_ACTIVE = " AND active = 1"
 async def insert_batch(
     conn: aiosqlite.Connection, session_id: str, encoded: Sequence[EncodedMessage]
 ) -> list[int]:
-    """Insert ``encoded`` with strictly increasing timestamps from now; return the ids."""
+    """Insert ``encoded`` with strictly increasing timestamps from now; return the ids.
+
+    One ``executemany`` (one hop to the connection's thread instead of two per row). The
+    ids are consecutive: the caller holds the write lock inside ``BEGIN IMMEDIATE`` and
+    ``id`` is ``AUTOINCREMENT``, so the batch ends at ``last_insert_rowid()``.
+    """
+    if not encoded:
+        return []
     stamps = batch_timestamps(time.time(), len(encoded))
-    return [
-        await insert(conn, INSERT_MESSAGE, enc.params(session_id, stamp))
-        for enc, stamp in zip(encoded, stamps, strict=True)
-    ]
+    rows = [enc.params(session_id, stamp) for enc, stamp in zip(encoded, stamps, strict=True)]
+    cursor = await conn.executemany(INSERT_MESSAGE, rows)
+    await cursor.close()
+    (found,) = await fetch_all(conn, "SELECT last_insert_rowid()")
+    last = int(found[0])
+    return list(range(last - len(rows) + 1, last + 1))
 
 
 # -- writes ---------------------------------------------------------------------------------
