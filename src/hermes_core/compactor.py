@@ -40,15 +40,9 @@ class Compactor:
         self.compactions = 0
         self.last_prompt_tokens = 0
 
-    def due(self, transcript: list[Message], overhead_chars: int) -> bool:
-        """True when the estimated or last reported prompt size passes the threshold."""
-        if not self.settings.enabled:
-            return False
-        estimated = estimate_tokens(transcript, overhead_chars)
-        return max(estimated, self.last_prompt_tokens) >= self.threshold
-
     def due_chars(self, chars: int) -> bool:
-        """:meth:`due` for a character count the caller keeps current (O(1) a round)."""
+        """True when the estimated (``chars`` / 4, kept current by the caller, so O(1) a
+        round) or last reported prompt size passes the threshold."""
         if not self.settings.enabled:
             return False
         return max(-(-chars // 4), self.last_prompt_tokens) >= self.threshold

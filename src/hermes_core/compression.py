@@ -34,6 +34,7 @@ __all__ = [
     "apply_summary",
     "context_window_for",
     "estimate_tokens",
+    "message_chars",
     "plan_compression",
     "prune_tool_results",
     "summary_request_text",
@@ -118,7 +119,8 @@ def threshold_tokens(settings: CompressionSettings) -> int:
     return int(window * 0.85) if value >= window else value
 
 
-def _chars(message: Message) -> int:
+def message_chars(message: Message) -> int:
+    """The characters :func:`estimate_tokens` counts for one message (images 6000)."""
     size = len(text_of(message.content)) if message.content is not None else 0
     if isinstance(message.content, tuple):
         size += 6000 * sum(1 for p in message.content if "image" in str(p.get("type", "")))
@@ -128,14 +130,9 @@ def _chars(message: Message) -> int:
     return size
 
 
-def message_chars(message: Message) -> int:
-    """The characters :func:`estimate_tokens` counts for one message."""
-    return _chars(message)
-
-
 def estimate_tokens(messages: Sequence[Message], extra_chars: int = 0) -> int:
     """A cheap estimate: a token per four characters (images count 1500 each)."""
-    return math.ceil((sum(_chars(m) for m in messages) + extra_chars) / 4)
+    return math.ceil((sum(message_chars(m) for m in messages) + extra_chars) / 4)
 
 
 @dataclass(frozen=True, slots=True)
