@@ -32,9 +32,11 @@ from hermes_adapters.llm._http import (
     Endpoint,
     RetryPolicy,
     SSEEvent,
+    Transport,
     error_from_transport,
     iter_sse,
 )
+from hermes_adapters.llm._wire import sse_lines
 from hermes_core.errors import ModelError
 from hermes_core.ports.llm import ModelRequest, ModelResponse, ResponseComplete, StreamEvent
 
@@ -101,6 +103,7 @@ class _HttpChatModel(ABC):
         max_retries: int,
         backoff: tuple[float, float],
         timeout: httpx.Timeout | float | None,
+        transport: Transport | None = None,
     ) -> None:
         self._model = model
         self._provider = provider
@@ -113,6 +116,7 @@ class _HttpChatModel(ABC):
             auth_header=self._auth_header,
             auth_prefix=self._auth_prefix,
             timeout=timeout,
+            transport=transport,
         )
         self._policy = RetryPolicy(
             max_retries=max_retries, base_delay=backoff[0], max_delay=backoff[1]
@@ -132,6 +136,12 @@ class _HttpChatModel(ABC):
     @property
     def api_mode(self) -> str:
         return self._api_mode
+
+    @property
+    def transport(self) -> str:
+        """What carries the requests: ``"aiohttp"`` or ``"httpx"`` (the wire the model
+        opened or will open), or ``"client"`` for an injected ``httpx.AsyncClient``."""
+        return self._endpoint.transport
 
     # -- per-format hooks --------------------------------------------------------------
 
@@ -212,7 +222,8 @@ class _HttpChatModel(ABC):
         async with self._endpoint.stream(self._path, content, self._policy) as response:
             try:
                 async with (
-                    aclosing(cast(AsyncGenerator[str, None], response.aiter_lines())) as lines,
+                    aclosing(cast(AsyncGenerator[str, None], response.aiter_text())) as text,
+                    aclosing(cast(AsyncGenerator[str, None], sse_lines(text))) as lines,
                     aclosing(iter_sse(lines)) as events,
                 ):
                     try:

@@ -35,6 +35,13 @@ from urllib.parse import urlsplit
 import anyio
 import httpx
 
+from hermes_adapters.llm._wire import (
+    AiohttpWire,
+    HttpxWire,
+    Wire,
+    WireResponse,
+    current_loop_is_asyncio,
+)
 from hermes_core.errors import (
     ConfigError,
     ContextTooLong,
@@ -298,11 +305,14 @@ def error_from_transport(
 
 
 class Endpoint:
-    """Base URL, credential and the one HTTP client of a provider.
+    """Base URL, credential and the one wire (HTTP client) of a provider.
 
     ``auth_header``/``auth_prefix`` say how the key travels (``Authorization: Bearer`` for
     OpenAI-style hosts, ``x-api-key`` with no prefix for Anthropic). An injected ``client``
-    is borrowed: :meth:`aclose` leaves it open for its owner.
+    is borrowed: requests go through its ``send`` (so its hooks, proxies and transport
+    apply) and :meth:`aclose` leaves it open for its owner. Without one, the endpoint
+    opens its own wire on first use: ``transport`` (else ``$HERMES_HTTP_TRANSPORT``)
+    picks aiohttp, the default, or httpx's pool (see ``_wire``).
     """
 
     def __init__(
@@ -328,10 +338,10 @@ class Endpoint:
         self._headers = dict(headers or {})
         self._auth_header = auth_header
         self._auth_prefix = auth_prefix
-        self._timeout = DEFAULT_TIMEOUT if timeout is None else timeout
-        self._client = client
+        self._timeout = httpx.Timeout(DEFAULT_TIMEOUT if timeout is None else timeout)
         self._transport: Transport = transport or default_transport()
-        self._owns_client = client is None
+        self._wire_: Wire | None = None if client is None else HttpxWire(client)
+        self._owns_wire = client is None
         self._closed = False
         self._prepared: dict[tuple[str, bool], tuple[httpx.URL, dict[str, str]]] = {}
 
@@ -341,6 +351,18 @@ class Endpoint:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def transport(self) -> str:
+        """What carries the requests: ``"client"`` (an injected httpx client), else the
+        wire this endpoint opens or opened: ``"aiohttp"`` or ``"httpx"``."""
+        if not self._owns_wire:
+            return "client"
+        if isinstance(self._wire_, AiohttpWire):
+            return "aiohttp"
+        if isinstance(self._wire_, HttpxWire):
+            return "httpx"
+        return self._transport
 
     def url(self, path: str) -> str:
         """``path`` joined to the base URL; absolute URLs must stay on the configured host.
@@ -358,16 +380,21 @@ class Endpoint:
             )
         return path
 
-    def _http(self) -> httpx.AsyncClient:
+    def _wire(self) -> Wire:
         if self._closed:
             raise ModelError(f"the {self.provider} model was used after aclose()")
-        if self._client is None:
-            self._client = _new_client(self._transport, self._timeout)
-        return self._client
+        wire = self._wire_
+        if wire is None:
+            if self._transport == "aiohttp" and current_loop_is_asyncio():
+                wire = AiohttpWire(self._timeout, _ssl_context())
+            else:
+                wire = HttpxWire.owned(self._timeout, _ssl_context())
+            self._wire_ = wire
+        return wire
 
-    def _request(self, path: str, content: bytes, stream: bool) -> httpx.Request:
-        # Parsing the URL and assembling the headers cost more than the rest of
-        # build_request, and depend only on (path, stream): done once per pair.
+    def _prepare(self, path: str, stream: bool) -> tuple[httpx.URL, dict[str, str]]:
+        # Parsing the URL and assembling the headers depend only on (path, stream): done
+        # once per pair instead of per request.
         prepared = self._prepared.get((path, stream))
         if prepared is None:
             headers = {
@@ -379,36 +406,38 @@ class Endpoint:
                 headers[self._auth_header] = f"{self._auth_prefix}{self._api_key}"
             prepared = (httpx.URL(self.url(path)), headers)
             self._prepared[(path, stream)] = prepared
-        url, headers = prepared
-        return self._http().build_request("POST", url, content=content, headers=headers)
+        return prepared
 
     async def _send(
         self, path: str, content: bytes, stream: bool, policy: RetryPolicy
-    ) -> httpx.Response:
+    ) -> WireResponse:
         """POST with retries; returns a 2xx response (open and unread when ``stream``)."""
+        url, headers = self._prepare(path, stream)
         retry = 0
         while True:
-            request = self._request(path, content, stream)
             try:
-                response = await self._http().send(request, stream=stream, follow_redirects=False)
+                response = await self._wire().post(url, headers, content, stream=stream)
             except httpx.HTTPError as exc:
                 if retry < policy.max_retries and isinstance(exc, _RETRYABLE_TRANSPORT):
                     await anyio.sleep(policy.backoff(retry))
                     retry += 1
                     continue
                 raise error_from_transport(exc, provider=self.provider) from exc
-            if response.is_success:
+            status = response.status_code
+            if 200 <= status < 300:
                 return response
             body = await _read_and_close(response)
-            headers = dict(response.headers)
-            if retry < policy.max_retries and should_retry(response.status_code, headers, body):
-                await anyio.sleep(policy.delay(retry, headers))
+            response_headers = dict(response.headers)
+            if retry < policy.max_retries and should_retry(status, response_headers, body):
+                await anyio.sleep(policy.delay(retry, response_headers))
                 retry += 1
                 continue
             cause = httpx.HTTPStatusError(
-                f"HTTP {response.status_code}", request=request, response=response
+                f"HTTP {status}",
+                request=httpx.Request("POST", url),
+                response=httpx.Response(status, headers=response_headers, text=body),
             )
-            error = error_from_status(response.status_code, headers, body, provider=self.provider)
+            error = error_from_status(status, response_headers, body, provider=self.provider)
             raise error from cause
 
     async def post_json(self, path: str, content: bytes, policy: RetryPolicy) -> Any:
@@ -420,20 +449,25 @@ class Endpoint:
         """
         response = await self._send(path, content, False, policy)
         try:
-            return json.loads(response.content)
+            raw = await response.aread()
+        except httpx.HTTPError as exc:
+            raise error_from_transport(exc, provider=self.provider) from exc
+        try:
+            return json.loads(raw)
         except ValueError as exc:
+            text = raw.decode("utf-8", "replace")
             raise ModelProtocolError(
                 f"{self.provider} answered HTTP {response.status_code} with a body that is "
-                f"not JSON: {response.text[:200]!r}",
+                f"not JSON: {text[:200]!r}",
                 status=response.status_code,
                 provider=self.provider,
-                body=response.text[:_BODY_LIMIT],
+                body=text[:_BODY_LIMIT],
             ) from exc
 
     @asynccontextmanager
     async def stream(
         self, path: str, content: bytes, policy: RetryPolicy
-    ) -> AsyncIterator[httpx.Response]:
+    ) -> AsyncIterator[WireResponse]:
         """POST ``content`` for a streamed reply; the response is closed on exit, always."""
         response = await self._send(path, content, True, policy)
         try:
@@ -443,13 +477,13 @@ class Endpoint:
                 await response.aclose()
 
     async def aclose(self) -> None:
-        """Close the owned client; idempotent, and a borrowed client is left open."""
+        """Close the owned wire; idempotent, and a borrowed client is left open."""
         if self._closed:
             return
         self._closed = True
-        client, self._client = self._client, None
-        if client is not None and self._owns_client:
-            await client.aclose()
+        wire, self._wire_ = self._wire_, None
+        if wire is not None and self._owns_wire:
+            await wire.aclose()
 
 
 Transport = Literal["httpx", "aiohttp"]
@@ -459,32 +493,15 @@ TRANSPORT_ENV = "HERMES_HTTP_TRANSPORT"
 def default_transport() -> Transport:
     """``$HERMES_HTTP_TRANSPORT`` (``aiohttp`` or ``httpx``), else aiohttp.
 
-    The aiohttp transport (httpx-aiohttp) keeps the httpx API but scales far better with
-    many open connections: httpx 0.28's own pool does work quadratic in them. Measured in
-    ``bench/`` on this 2-core machine: 152 vs 49 conversations/s at 50 concurrent, 182 vs
-    13 at 500 (docs/performance.md). httpx's pool stays selectable.
+    aiohttp scales far better with many open connections (httpx 0.28's own pool does work
+    quadratic in them) and costs less per request; measured in ``bench/``
+    (docs/performance.md). httpx's pool stays selectable, and serves under event loops
+    other than asyncio.
     """
     value = os.environ.get(TRANSPORT_ENV, "aiohttp").strip().lower()
     if value not in {"httpx", "aiohttp"}:
         raise ConfigError(f"{TRANSPORT_ENV}={value!r}: use 'httpx' or 'aiohttp'")
     return "aiohttp" if value == "aiohttp" else "httpx"
-
-
-def _new_client(transport: Transport, timeout: httpx.Timeout | float) -> httpx.AsyncClient:
-    if transport == "aiohttp":
-        try:
-            from httpx_aiohttp import AiohttpTransport
-        except ImportError as exc:
-            raise ConfigError(
-                "the aiohttp transport needs httpx-aiohttp; install it or set "
-                f"{TRANSPORT_ENV}=httpx"
-            ) from exc
-        return httpx.AsyncClient(
-            transport=AiohttpTransport(verify=_ssl_context()),
-            timeout=timeout,
-            follow_redirects=False,
-        )
-    return httpx.AsyncClient(timeout=timeout, follow_redirects=False, verify=_ssl_context())
 
 
 @functools.cache
@@ -493,11 +510,10 @@ def _ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-async def _read_and_close(response: httpx.Response) -> str:
+async def _read_and_close(response: WireResponse) -> str:
     """The error body of a failed response (best effort), closing it either way."""
     try:
-        await response.aread()
-        return response.text
+        return (await response.aread()).decode("utf-8", "replace")
     except httpx.HTTPError:
         return ""
     finally:

@@ -24,7 +24,7 @@ from hermes_adapters.llm._anthropic_mapping import (
     parse_message,
 )
 from hermes_adapters.llm._base import StreamAssembler, _HttpChatModel, encode_body
-from hermes_adapters.llm._http import error_parts
+from hermes_adapters.llm._http import Transport, error_parts
 from hermes_core.errors import ModelError
 from hermes_core.ports.llm import ModelRequest, ModelResponse
 
@@ -67,6 +67,8 @@ class AnthropicMessagesModel(_HttpChatModel):
             damaged signature, WIRE.md §4 item 10), retry once without them instead of
             leaving the session unusable.
         timeout: read/connect timeout of the owned client.
+        transport: ``"aiohttp"`` or ``"httpx"``: the wire the model opens when no
+            ``client`` is given; default ``$HERMES_HTTP_TRANSPORT``, else aiohttp.
     """
 
     _api_mode = "anthropic_messages"
@@ -90,6 +92,7 @@ class AnthropicMessagesModel(_HttpChatModel):
         prompt_caching: bool = True,
         thinking_recovery: bool = True,
         timeout: httpx.Timeout | float | None = None,
+        transport: Transport | None = None,
     ) -> None:
         super().__init__(
             model,
@@ -101,6 +104,7 @@ class AnthropicMessagesModel(_HttpChatModel):
             max_retries=max_retries,
             backoff=backoff,
             timeout=timeout,
+            transport=transport,
         )
         self._max_tokens_default = max_tokens_default
         self._cache_ttl = cache_ttl

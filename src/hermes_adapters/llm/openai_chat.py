@@ -28,6 +28,7 @@ from hermes_adapters.llm._cache_envelope import (
     envelope_cache_control,
     wants_envelope,
 )
+from hermes_adapters.llm._http import Transport
 from hermes_adapters.llm._openai_mapping import (
     ChatStreamAssembler,
     ReasoningEcho,
@@ -70,6 +71,8 @@ class OpenAIChatModel(_HttpChatModel):
         keep_extra_content: send tool calls' ``extra_content`` (Gemini thought signatures);
             default: only when the model name mentions Gemini.
         timeout: read/connect timeout of the owned client.
+        transport: ``"aiohttp"`` or ``"httpx"``: the wire the model opens when no
+            ``client`` is given; default ``$HERMES_HTTP_TRANSPORT``, else aiohttp.
         cache_control: Anthropic prompt-cache breakpoints in the envelope layout
             (REFERENCE.md §7, :mod:`._cache_envelope`): ``"auto"`` places them for Claude
             models on OpenRouter, ``"envelope"`` always, ``"off"`` never.
@@ -93,6 +96,7 @@ class OpenAIChatModel(_HttpChatModel):
         max_tokens_field: str = "max_completion_tokens",
         keep_extra_content: bool | None = None,
         timeout: httpx.Timeout | float | None = None,
+        transport: Transport | None = None,
         cache_control: CacheControlMode = "auto",
     ) -> None:
         super().__init__(
@@ -105,6 +109,7 @@ class OpenAIChatModel(_HttpChatModel):
             max_retries=max_retries,
             backoff=backoff,
             timeout=timeout,
+            transport=transport,
         )
         self._echo: ReasoningEcho = reasoning_echo
         self._max_tokens_field = max_tokens_field

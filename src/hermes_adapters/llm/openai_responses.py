@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from hermes_adapters.llm._base import StreamAssembler, _HttpChatModel
-from hermes_adapters.llm._http import SSEEvent, error_from_payload
+from hermes_adapters.llm._http import SSEEvent, Transport, error_from_payload
 from hermes_adapters.llm._responses_mapping import (
     as_mapping,
     fallback_items,
@@ -79,6 +79,8 @@ class OpenAIResponsesModel(_HttpChatModel):
             reasoning when ``store`` is off); switch off for models without reasoning,
             which reject the ``include``.
         timeout: read/connect timeout of the owned client.
+        transport: ``"aiohttp"`` or ``"httpx"``: the wire the model opens when no
+            ``client`` is given; default ``$HERMES_HTTP_TRANSPORT``, else aiohttp.
     """
 
     _api_mode = "codex_responses"
@@ -98,6 +100,7 @@ class OpenAIResponsesModel(_HttpChatModel):
         store: bool = False,
         encrypted_reasoning: bool = True,
         timeout: httpx.Timeout | float | None = None,
+        transport: Transport | None = None,
     ) -> None:
         super().__init__(
             model,
@@ -109,6 +112,7 @@ class OpenAIResponsesModel(_HttpChatModel):
             max_retries=max_retries,
             backoff=backoff,
             timeout=timeout,
+            transport=transport,
         )
         self._store = store
         self._encrypted_reasoning = encrypted_reasoning

@@ -61,13 +61,20 @@ def json_plan(status: int, payload: Any, headers: Mapping[str, str] | None = Non
     return WirePlan(
         status,
         {"content-type": "application/json", **(headers or {})},
-        (json.dumps(payload).encode(),),
+        (json.dumps(payload, ensure_ascii=False).encode(),),
     )
 
 
 def sse(data: Any, event: str | None = None) -> bytes:
-    """One server-sent event; ``data`` is JSON-encoded unless it is already a string."""
-    text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    """One server-sent event; ``data`` is JSON-encoded unless it is already a string.
+
+    Raw UTF-8, as the providers send it: non-ASCII characters, U+2028 included, are not
+    escaped, so a client must not split lines anywhere but at CR and LF."""
+    text = (
+        data
+        if isinstance(data, str)
+        else json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    )
     prefix = f"event: {event}\n" if event else ""
     return f"{prefix}data: {text}\n\n".encode()
 

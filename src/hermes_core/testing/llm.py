@@ -567,6 +567,19 @@ class ChatModelContract:
         assert streamed.usage == plain.usage
 
     @pytest.mark.anyio
+    @pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+    async def test_text_with_unicode_line_separators_arrives_whole(
+        self, harness: ContractHarness, stream: bool
+    ) -> None:
+        # Providers send JSON as raw UTF-8, and JSON strings may hold U+2028, U+2029, NEL
+        # and form feeds unescaped: an SSE reader that splits lines like str.splitlines
+        # cuts such a data line in two and loses the event.
+        text = "one\u2028two\u2029three\x85four\x0cfive\x1csix \u00e9\u4e2d\U0001f600"
+        harness.sim.play(TextReply(text, reasoning="why\u2028not"))
+        response = await self._call(harness, _ask(), stream)
+        assert response.message.content == text
+
+    @pytest.mark.anyio
     @pytest.mark.parametrize("fragment", [1, 3])
     async def test_fragmented_tool_call_deltas(
         self, harness: ContractHarness, fragment: int
