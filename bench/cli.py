@@ -54,7 +54,7 @@ MAIN_VARIANTS = (
     "agent-inproc",
     "raw-inproc",
 )
-EXTRA_VARIANTS = ("raw-native", "fresh-httpx", "anthropic-httpx")
+EXTRA_VARIANTS = ("fresh-aiohttp", "anthropic-aiohttp")
 WORKER_TIMEOUT = 180.0
 Log = Callable[[str], None]
 
@@ -94,7 +94,7 @@ class Plan:
         ]
         if runner in ("agent", "raw"):
             phases.append({**seq, "name": "seq_k10", "rounds": 10})
-        if self.stream and transport != "native" and runner != "fresh":
+        if self.stream and runner != "fresh":
             phases.append({**seq, "name": "seq_k3_stream", "rounds": 3, "stream": True})
         if runner in ("agent", "raw") and transport != "inproc":
             for level, seconds in zip(self.levels, self.conc_seconds, strict=True):
@@ -249,8 +249,6 @@ async def capture(server: str, variants: Sequence[str]) -> tuple[Template, dict[
     for rounds, stream in ((3, False), (10, False), (3, True)):
         agent = _normalise(await _one(server, "agent-httpx", rounds, stream, None))
         for variant in raws:
-            if stream and variant.endswith("native"):
-                continue
             raw = _normalise(await _one(server, variant, rounds, stream, template))
             checks[f"{variant} K={rounds}{' stream' if stream else ''}"] = raw == agent
     return template, checks
@@ -292,17 +290,9 @@ def _run_worker(config: Mapping[str, Any], options: Options, log: Log) -> dict[s
     return result
 
 
-def _aiohttp_available() -> bool:
-    try:
-        import httpx_aiohttp  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def _versions() -> dict[str, str]:
     out = {}
-    for name in ("httpx", "httpcore", "anyio", "sniffio", "aiohttp", "httpx-aiohttp", "pydantic"):
+    for name in ("httpx", "httpcore", "anyio", "sniffio", "aiohttp", "uvloop", "pydantic"):
         try:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
@@ -314,15 +304,6 @@ def run_agent(options: Options, server: str, log: Log) -> dict[str, Any]:
     """Capture, check bytes, then every worker, interleaved; returns the agent section."""
     variants = list(options.variants)
     extras = list(options.extras) if options.plan.extras else []
-    if not _aiohttp_available():
-        dropped = [v for v in (*variants, *extras) if "aiohttp" in v or "native" in v]
-        variants = [v for v in variants if v not in dropped]
-        extras = [v for v in extras if v not in dropped]
-        if dropped:
-            options.notes.append(
-                "httpx-aiohttp is not installed: aiohttp variants skipped "
-                "(pip install httpx-aiohttp)"
-            )
     log("capturing the agent's request and checking the raw loop sends the same bytes")
     template, checks = asyncio.run(capture(server, [*variants, *extras]))
     identical = all(checks.values())

@@ -36,7 +36,6 @@ VARIANT_ORDER = (
     "raw-aiohttp",
     "agent-inproc",
     "raw-inproc",
-    "raw-native",
     "fresh-httpx",
     "fresh-aiohttp",
     "anthropic-httpx",

@@ -4,14 +4,15 @@ A *variant* is ``<runner>-<transport>``:
 
 * runners: ``agent`` (``hermes_core.Agent`` over ``OpenAIChatModel``, a fresh agent per
   conversation and one shared model, as a data-generation host would run it), ``fresh``
-  (the same, but a new model and HTTP client per conversation: what a factory that builds
-  a model per prompt costs), ``anthropic`` (the agent over ``AnthropicMessagesModel``) and
-  ``raw`` (a hand-written loop: build the body, POST it, parse the reply, run ``add``);
-* transports: ``httpx`` (httpx's default pool, httpcore), ``aiohttp`` (httpx's API over
-  ``httpx_aiohttp.AiohttpTransport``), ``inproc`` (an httpx transport answering in this
-  process from the mock server's canned replies: no socket, so only harness CPU is
-  measured) and, for ``raw`` only, ``native`` (aiohttp's own ``ClientSession``, without
-  httpx: the floor).
+  (the same, but a new model, so a new HTTP session, per conversation: what a factory
+  that builds a model per prompt costs), ``anthropic`` (the agent over
+  ``AnthropicMessagesModel``) and ``raw`` (a hand-written loop: build the body, POST it,
+  parse the reply, run ``add``);
+* transports: ``aiohttp`` (the adapter's default wire: aiohttp's own ``ClientSession``;
+  the raw loop uses one configured the same way), ``httpx`` (httpx's pool: the model's
+  own wire, the raw loop's ``client.post``) and ``inproc`` (an httpx transport answering
+  in this process from the mock server's canned replies, injected into both: no socket,
+  so only harness CPU is measured).
 
 The raw loop sends the agent's bytes: its system prompt, tool schemas, body keys and
 ``prompt_cache_key`` come from a :class:`Template` captured from the agent's first request,
@@ -53,7 +54,7 @@ __all__ = [
 API_KEY = "sk-bench-local"
 PROMPT = "Add the numbers the tool gives you, one round at a time, then tell me you are done."
 RUNNERS = ("agent", "raw", "fresh", "anthropic")
-TRANSPORTS = ("httpx", "aiohttp", "native", "inproc")
+TRANSPORTS = ("httpx", "aiohttp", "inproc")
 INPROC_SERVER = "http://mock.invalid"
 """The base URL of ``inproc`` variants: no socket, nothing listens there."""
 _TIMEOUT = httpx.Timeout(600.0, connect=10.0)
@@ -103,8 +104,6 @@ def parse_variant(variant: str) -> tuple[str, str]:
     runner, _, transport = variant.partition("-")
     if runner not in RUNNERS or transport not in TRANSPORTS:
         raise ValueError(f"unknown variant {variant!r}")
-    if transport == "native" and runner != "raw":
-        raise ValueError("the native aiohttp transport exists for the raw baseline only")
     return runner, transport
 
 
@@ -150,18 +149,11 @@ def _ssl_context() -> ssl.SSLContext:
 
 
 def make_client(transport: str) -> httpx.AsyncClient:
-    """An httpx client over ``transport``, configured as the adapter configures its own."""
+    """An httpx client for the raw loop (``httpx``) or for both sides (``inproc``),
+    configured as the adapter configures the client it owns."""
     if transport == "inproc":
         return httpx.AsyncClient(
             transport=CannedTransport(), timeout=_TIMEOUT, follow_redirects=False
-        )
-    if transport == "aiohttp":
-        from httpx_aiohttp import AiohttpTransport
-
-        return httpx.AsyncClient(
-            transport=AiohttpTransport(verify=_ssl_context()),
-            timeout=_TIMEOUT,
-            follow_redirects=False,
         )
     return httpx.AsyncClient(timeout=_TIMEOUT, follow_redirects=False, verify=_ssl_context())
 
@@ -217,37 +209,33 @@ class AgentRunner:
         self._tools = ToolRegistry([_add_tool()])
         self._settings = AgentSettings(date_in_prompt=False, source="bench")
         self._stream: Callable[[str], None] | None = (lambda _text: None) if stream else None
-        self._client = None if fresh_model else self._new_client()
-        self._model = None if fresh_model else self._new_model(self._client)
+        self._client = make_client("inproc") if transport == "inproc" else None
+        self._model = None if fresh_model else self._new_model()
 
-    def _new_client(self) -> httpx.AsyncClient:
-        # Always an explicit client: the variant names the transport, whatever the
-        # adapter's default is (``$HERMES_HTTP_TRANSPORT``); configured as the adapter
-        # configures the client it owns.
-        return make_client(self._transport)
-
-    def _new_model(self, client: httpx.AsyncClient) -> Any:
+    def _new_model(self) -> Any:
+        # The model opens its own wire for the variant's transport, as a host's model
+        # does; only ``inproc`` injects a client (the canned transport).
+        wire: dict[str, Any] = (
+            {"client": self._client} if self._client is not None else {"transport": self._transport}
+        )
         if self._api == "anthropic":
             from hermes_adapters.llm.anthropic_messages import AnthropicMessagesModel
 
             return AnthropicMessagesModel(
-                MODEL, base_url=self._base_url, api_key=API_KEY, client=client, provider="bench"
+                MODEL, base_url=self._base_url, api_key=API_KEY, provider="bench", **wire
             )
         from hermes_adapters.llm.openai_chat import OpenAIChatModel
 
         return OpenAIChatModel(
-            MODEL, base_url=self._base_url, api_key=API_KEY, client=client, provider="bench"
+            MODEL, base_url=self._base_url, api_key=API_KEY, provider="bench", **wire
         )
 
     async def conversation(self) -> None:
         from hermes_core import Agent
 
         if self._fresh:
-            client = self._new_client()
-            model = self._new_model(client)
-            async with Agent(
-                model, self._tools, settings=self._settings, owned=[model, client]
-            ) as agent:
+            model = self._new_model()
+            async with Agent(model, self._tools, settings=self._settings, owned=[model]) as agent:
                 result = await agent.run_conversation(PROMPT, stream_callback=self._stream)
         else:
             agent = Agent(self._model, self._tools, settings=self._settings)
@@ -334,13 +322,10 @@ class _StreamReply:
 
 
 class RawRunner:
-    """The hand-written loop over the httpx API (default pool or the aiohttp transport)."""
+    """The hand-written loop; subclasses make one round trip on their client."""
 
-    def __init__(
-        self, base_url: str, transport: str, template: Template, *, stream: bool = False
-    ) -> None:
+    def __init__(self, base_url: str, template: Template, *, stream: bool = False) -> None:
         self._url = f"{base_url}/chat/completions"
-        self._client = make_client(transport)
         self._stream = stream
         self._body = dict(template.body)
         if stream:
@@ -352,6 +337,34 @@ class RawRunner:
             "accept": "text/event-stream" if stream else "application/json",
             "authorization": f"Bearer {API_KEY}",
         }
+
+    async def _round(self, content: bytes) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def conversation(self) -> None:
+        messages = list(self._first)
+        body = dict(self._body)
+        while True:
+            body["messages"] = messages
+            message = await self._round(_encode(body))
+            calls = message.get("tool_calls")
+            if not calls:
+                _check_final(message.get("content"))
+                return
+            _tool_turn(calls, message.get("content"), messages)
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+
+class HttpxRawRunner(RawRunner):
+    """The loop over the httpx API: ``client.post`` / ``client.stream``."""
+
+    def __init__(
+        self, base_url: str, transport: str, template: Template, *, stream: bool = False
+    ) -> None:
+        super().__init__(base_url, template, stream=stream)
+        self._client = make_client(transport)
 
     async def _round(self, content: bytes) -> dict[str, Any]:
         if not self._stream:
@@ -370,57 +383,39 @@ class RawRunner:
                 reply.feed(line)
         return reply.message()
 
-    async def conversation(self) -> None:
-        messages = list(self._first)
-        body = dict(self._body)
-        while True:
-            body["messages"] = messages
-            message = await self._round(_encode(body))
-            calls = message.get("tool_calls")
-            if not calls:
-                _check_final(message.get("content"))
-                return
-            _tool_turn(calls, message.get("content"), messages)
-
     async def aclose(self) -> None:
         await self._client.aclose()
 
 
-class NativeAiohttpRunner:
-    """The same loop on aiohttp's own ``ClientSession``: no httpx layer at all (the floor)."""
+class AiohttpRawRunner(RawRunner):
+    """The loop on aiohttp's own ``ClientSession``, configured as the adapter's aiohttp
+    wire configures its session (TLS context, timeouts, no per-request ``trust_env``)."""
 
-    def __init__(self, base_url: str, template: Template) -> None:
+    def __init__(self, base_url: str, template: Template, *, stream: bool = False) -> None:
         import aiohttp
 
-        self._url = f"{base_url}/chat/completions"
+        super().__init__(base_url, template, stream=stream)
         self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(sock_read=600.0, sock_connect=10.0)
+            connector=aiohttp.TCPConnector(ssl=_ssl_context()),
+            timeout=aiohttp.ClientTimeout(
+                total=None,
+                connect=_TIMEOUT.pool,
+                sock_connect=_TIMEOUT.connect,
+                sock_read=_TIMEOUT.read,
+            ),
         )
-        self._body = dict(template.body)
-        self._first = [template.system, template.user]
-        self._headers = {
-            "content-type": "application/json",
-            "accept": "application/json",
-            "authorization": f"Bearer {API_KEY}",
-        }
 
-    async def conversation(self) -> None:
-        messages = list(self._first)
-        body = dict(self._body)
-        while True:
-            body["messages"] = messages
-            async with self._session.post(
-                self._url, data=_encode(body), headers=self._headers
-            ) as response:
-                if response.status != 200:
-                    raise RuntimeError(f"HTTP {response.status}")
-                raw = await response.read()
-            message = json.loads(raw)["choices"][0]["message"]
-            calls = message.get("tool_calls")
-            if not calls:
-                _check_final(message.get("content"))
-                return
-            _tool_turn(calls, message.get("content"), messages)
+    async def _round(self, content: bytes) -> dict[str, Any]:
+        async with self._session.post(self._url, data=content, headers=self._headers) as response:
+            if response.status != 200:
+                raise RuntimeError(f"HTTP {response.status}")
+            if not self._stream:
+                message: dict[str, Any] = json.loads(await response.read())["choices"][0]["message"]
+                return message
+            reply = _StreamReply()
+            async for line in response.content:
+                reply.feed(line.decode())
+        return reply.message()
 
     async def aclose(self) -> None:
         await self._session.close()
@@ -451,8 +446,6 @@ def make_runner(
         return AgentRunner(url, transport, stream=stream, fresh_model=runner == "fresh")
     if template is None:
         raise ValueError("a raw runner needs the agent's request template")
-    if transport == "native":
-        if stream:
-            raise ValueError("the native baseline has no streaming variant")
-        return NativeAiohttpRunner(url, template)
-    return RawRunner(url, transport, template, stream=stream)
+    if transport == "aiohttp":
+        return AiohttpRawRunner(url, template, stream=stream)
+    return HttpxRawRunner(url, transport, template, stream=stream)

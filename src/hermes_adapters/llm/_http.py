@@ -41,6 +41,7 @@ from hermes_adapters.llm._wire import (
     Wire,
     WireResponse,
     current_loop_is_asyncio,
+    env_proxy,
 )
 from hermes_core.errors import (
     ConfigError,
@@ -386,7 +387,7 @@ class Endpoint:
         wire = self._wire_
         if wire is None:
             if self._transport == "aiohttp" and current_loop_is_asyncio():
-                wire = AiohttpWire(self._timeout, _ssl_context())
+                wire = AiohttpWire(self._timeout, _ssl_context(), proxy=env_proxy(self.base_url))
             else:
                 wire = HttpxWire.owned(self._timeout, _ssl_context())
             self._wire_ = wire
