@@ -10,12 +10,10 @@ missing key fails in a second, not after a dataset's worth of failed samples.
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import anyio
 
@@ -72,8 +70,9 @@ def _silent(progress: BatchProgress) -> None:
     """Stands in for the runner's own terminal bar when ``--quiet`` asks for silence."""
 
 
-def _model_factory(args: argparse.Namespace, provider: str) -> Callable[[], ChatModel] | None:
-    """A per-prompt model factory for a real provider; ``None`` keeps the offline planner.
+def _shared_model(args: argparse.Namespace, provider: str) -> ChatModel | None:
+    """One model for a real provider, shared by every prompt (one HTTP session, warm
+    connections); ``None`` keeps the offline planner, which is built per prompt.
 
     Raises:
         ConfigError: unknown provider, no model name, or no base URL for ``custom``.
@@ -96,8 +95,7 @@ def _model_factory(args: argparse.Namespace, provider: str) -> Callable[[], Chat
     environ = dict(os.environ)
     dotenv = read_dotenv(home / ".env")
     resolve_api_key(profile, api_key=args.api_key, base_url=url, environ=environ, dotenv=dotenv)
-    return functools.partial(
-        build_chat_model,
+    return build_chat_model(
         provider,
         model,
         api_key=args.api_key,
@@ -136,9 +134,20 @@ def _summary(runner: BatchRunner, statistics: dict[str, object]) -> list[str]:
     return lines
 
 
+async def _run_then_close(
+    runner: BatchRunner, model: ChatModel | None, resume: bool
+) -> dict[str, Any]:
+    try:
+        return await runner.run(resume=resume)
+    finally:
+        if model is not None:
+            with anyio.CancelScope(shield=True):
+                await model.aclose()
+
+
 def _run(args: argparse.Namespace) -> int:
     provider = args.provider or "scripted"
-    factory = _model_factory(args, provider)
+    shared = _shared_model(args, provider)
     progress = _Progress(sys.stderr)
     runner = BatchRunner(
         Path(args.dataset),
@@ -153,12 +162,12 @@ def _run(args: argparse.Namespace) -> int:
         max_iterations=args.max_turns,
         reasoning_config={"enabled": False} if args.reasoning_disabled else None,
         output_root=args.output_root,
-        chat_model_factory=factory,
+        chat_model=shared,
         progress=_silent if args.quiet else progress,
         workspace=args.workspace,
     )
     try:
-        statistics = anyio.run(functools.partial(runner.run, resume=args.resume))
+        statistics = anyio.run(_run_then_close, runner, shared, args.resume)
     finally:
         progress.close()
     if args.json:

@@ -217,14 +217,18 @@ class BatchRunner:
     """Runs one agent per dataset prompt and writes the reference's training files.
 
     The constructor validates its arguments and touches no file; :meth:`run` does the work.
-    ``chat_model_factory`` returns a fresh model per prompt, owned (and closed) by that
-    prompt's agent. ``tools`` replaces the built-in tools: a tool whose name belongs to a
+    ``chat_model`` is one model shared by every prompt's agent and left open for its owner
+    (the caller): a provider model holds the HTTP session and its warm connections, so
+    sharing it saves a connection set-up per prompt. ``chat_model_factory`` instead returns
+    a fresh model per prompt, owned (and closed) by that prompt's agent: for models that
+    keep per-conversation state, such as the scripted demo planner. ``tools`` replaces the built-in tools: a tool whose name belongs to a
     built-in toolset is offered only when the prompt's sampled toolsets grant it, any other
     tool always, and its name counts as known for the stats and the merge.
 
     Raises:
-        ConfigError: an unknown distribution, a non-positive size, or a provider that is
-            not wired yet (pass ``chat_model_factory`` or use ``provider="scripted"``).
+        ConfigError: an unknown distribution, a non-positive size, both ``chat_model`` and
+            ``chat_model_factory``, or a provider that is not wired yet (pass either, or use
+            ``provider="scripted"``).
     """
 
     def __init__(
@@ -246,7 +250,12 @@ class BatchRunner:
         progress: Callable[[BatchProgress], None] | None = None,
         *,
         workspace: str | Path | None = None,
+        chat_model: ChatModel | None = None,
     ) -> None:
+        if chat_model is not None and chat_model_factory is not None:
+            raise ConfigError(
+                "pass chat_model (shared) or chat_model_factory (per prompt), not both"
+            )
         if distribution not in DISTRIBUTIONS:
             known = ", ".join(sorted(DISTRIBUTIONS))
             raise ConfigError(f"unknown toolset distribution {distribution!r}; known: {known}")
@@ -275,7 +284,10 @@ class BatchRunner:
         self.tools = list(tools) if tools is not None else None
         self.progress = progress
         self.report = RunReport()
-        self._factory = chat_model_factory or self._default_factory()
+        self._shared_model = chat_model
+        self._factory = chat_model_factory or (
+            (lambda: chat_model) if chat_model is not None else self._default_factory()
+        )
         custom = [t.spec.name for t in self.tools or () if t.spec.name not in ALL_POSSIBLE_TOOLS]
         self.known_tools: tuple[str, ...] = (*ALL_POSSIBLE_TOOLS, *sorted(set(custom)))
         self._model_label = model
@@ -458,13 +470,15 @@ class BatchRunner:
             DISTRIBUTIONS[self.distribution], random.Random(f"{self.run_name}:{index}")
         )
         model = self._factory()
+        mine = [] if model is self._shared_model else [model]
         if self._model_label is None:
             self._model_label = model.model_name
         try:
             registry, owned = await self._tools_for(toolsets)
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await model.aclose()
+                for resource in mine:
+                    await resource.aclose()
             raise
         settings = AgentSettings(
             max_iterations=self.max_iterations,
@@ -475,7 +489,7 @@ class BatchRunner:
             source="batch",
         )
         task_id = f"{self.run_name}:task_{index}"
-        async with Agent(model, registry, settings=settings, owned=[model, *owned]) as agent:
+        async with Agent(model, registry, settings=settings, owned=[*mine, *owned]) as agent:
             try:
                 result = await agent.run_conversation(prompt, task_id=task_id)
             except Exception:

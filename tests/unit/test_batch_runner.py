@@ -596,3 +596,36 @@ async def test_tool_failure_rules(content: str, failed: bool) -> None:
 async def test_all_possible_tools_is_every_static_tool_sorted() -> None:
     every = {t for ts in STATIC_TOOLSETS.values() for t in ts.tools}
     assert list(ALL_POSSIBLE_TOOLS) == sorted(every)
+
+
+class _CountingModel(FunctionModel):
+    """A FunctionModel that records how often it is closed."""
+
+    closes = 0
+
+    async def aclose(self) -> None:
+        self.closes += 1
+        await super().aclose()
+
+
+async def test_a_shared_model_serves_every_prompt_and_stays_open(tmp_path: Path) -> None:
+    await write_dataset(tmp_path / "dataset.jsonl", 12, junk=False)
+    shared = _CountingModel(respond, model_name=MODEL)
+    batch = runner(tmp_path, chat_model_factory=None, chat_model=shared)
+    await batch.run()
+    await anyio.Path(tmp_path / "per-prompt").mkdir()
+    await write_dataset(tmp_path / "per-prompt" / "dataset.jsonl", 12, junk=False)
+    per_prompt = runner(tmp_path / "per-prompt")
+    await per_prompt.run()
+    assert (batch.report.processed, batch.report.failed) == (
+        per_prompt.report.processed,
+        per_prompt.report.failed,
+    )
+    asked = {r.messages[1].content for r in shared.requests if len(r.messages) > 1}
+    assert asked >= {prompt(i) for i in range(12)}  # every prompt's agent used the one model
+    assert shared.closes == 0  # borrowed: the caller closes it
+
+
+async def test_shared_model_and_factory_together_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not both"):
+        runner(tmp_path, chat_model=FunctionModel(respond, model_name=MODEL))
