@@ -155,7 +155,10 @@ def make_client(transport: str) -> httpx.AsyncClient:
         return httpx.AsyncClient(
             transport=CannedTransport(), timeout=_TIMEOUT, follow_redirects=False
         )
-    return httpx.AsyncClient(timeout=_TIMEOUT, follow_redirects=False, verify=_ssl_context())
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+    return httpx.AsyncClient(
+        timeout=_TIMEOUT, follow_redirects=False, verify=_ssl_context(), limits=limits
+    )
 
 
 def _check_final(text: object) -> None:
@@ -396,7 +399,7 @@ class AiohttpRawRunner(RawRunner):
 
         super().__init__(base_url, template, stream=stream)
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=_ssl_context()),
+            connector=aiohttp.TCPConnector(ssl=_ssl_context(), limit=100),
             timeout=aiohttp.ClientTimeout(
                 total=None,
                 connect=_TIMEOUT.pool,

@@ -3,7 +3,9 @@ httpx client always honoured; failures look the same whichever wire carried them
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import json
 import re
 import socket
 from collections.abc import AsyncIterator
@@ -15,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hermes_adapters.llm._http import Endpoint, default_transport
+from hermes_adapters.llm._http import Endpoint, default_transport, max_connections
 from hermes_adapters.llm._wire import sse_lines
 from hermes_adapters.llm.openai_chat import OpenAIChatModel
 from hermes_adapters.testing.openai_chat_sim import OpenAIChatSimulator
@@ -228,3 +230,75 @@ def test_lines_do_not_depend_on_chunking(text: str, cuts: list[int]) -> None:
     bounds = sorted({min(c, len(text)) for c in cuts} | {0, len(text)})
     parts = [text[a:b] for a, b in itertools.pairwise(bounds)]
     assert anyio.run(_lines, parts) == _reference(text)
+
+
+class _CountingServer:
+    """Answers every chat completion after a pause and records the most requests it
+    was ever serving at once."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.most = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        body = json.dumps(
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "model": "gpt-sim",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "ok"},
+                        "finish_reason": "stop",
+                    }
+                ],
+            }
+        ).encode()
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                length = int(re.search(rb"content-length: *(\d+)", head, re.I).group(1))  # type: ignore[union-attr]
+                await reader.readexactly(length)
+                self.in_flight += 1
+                self.most = max(self.most, self.in_flight)
+                await asyncio.sleep(0.05)
+                self.in_flight -= 1
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (len(body), body)
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("wire", WIRES)
+async def test_connection_limit_bounds_requests_in_flight(
+    wire: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HERMES_HTTP_TRANSPORT", wire)
+    counting = _CountingServer()
+    server = await asyncio.start_server(counting.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        for limit, calls in ((2, 6), (5, 6)):
+            monkeypatch.setenv("HERMES_HTTP_MAX_CONNECTIONS", str(limit))
+            counting.most = 0
+            model = _model(f"http://127.0.0.1:{port}/v1", max_retries=0)
+            async with anyio.create_task_group() as group:
+                for _ in range(calls):
+                    group.start_soon(model.complete, _request())
+            await model.aclose()
+            assert counting.most == limit
+
+
+@pytest.mark.parametrize("raw", ["0", "-3", "lots"])
+def test_a_bad_connection_limit_is_a_config_error(
+    raw: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HERMES_HTTP_MAX_CONNECTIONS", raw)
+    with pytest.raises(ConfigError, match="HERMES_HTTP_MAX_CONNECTIONS"):
+        max_connections()

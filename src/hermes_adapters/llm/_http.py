@@ -386,10 +386,16 @@ class Endpoint:
             raise ModelError(f"the {self.provider} model was used after aclose()")
         wire = self._wire_
         if wire is None:
+            limit = max_connections()
             if self._transport == "aiohttp" and current_loop_is_asyncio():
-                wire = AiohttpWire(self._timeout, _ssl_context(), proxy=env_proxy(self.base_url))
+                wire = AiohttpWire(
+                    self._timeout,
+                    _ssl_context(),
+                    proxy=env_proxy(self.base_url),
+                    max_connections=limit,
+                )
             else:
-                wire = HttpxWire.owned(self._timeout, _ssl_context())
+                wire = HttpxWire.owned(self._timeout, _ssl_context(), max_connections=limit)
             self._wire_ = wire
         return wire
 
@@ -503,6 +509,28 @@ def default_transport() -> Transport:
     if value not in {"httpx", "aiohttp"}:
         raise ConfigError(f"{TRANSPORT_ENV}={value!r}: use 'httpx' or 'aiohttp'")
     return "aiohttp" if value == "aiohttp" else "httpx"
+
+
+MAX_CONNECTIONS_ENV = "HERMES_HTTP_MAX_CONNECTIONS"
+
+
+def max_connections() -> int:
+    """``$HERMES_HTTP_MAX_CONNECTIONS``, else 100: connections a model keeps to its host.
+
+    Requests beyond it wait in the client for a free connection. Against a local inference
+    server that batches requests (vLLM, SGLang), raise it to the concurrency you run, as
+    far as the server batches usefully; against a hosted API, 100 is plenty.
+    """
+    raw = os.environ.get(MAX_CONNECTIONS_ENV, "").strip()
+    if not raw:
+        return 100
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(f"{MAX_CONNECTIONS_ENV}={raw!r}: use a whole number of at least 1")
+    return value
 
 
 @functools.cache

@@ -124,9 +124,16 @@ class HttpxWire(Wire):
         self._extensions = {"timeout": (timeout or httpx.Timeout(None)).as_dict()}
 
     @classmethod
-    def owned(cls, timeout: httpx.Timeout, ssl_context: ssl.SSLContext) -> HttpxWire:
-        """A wire over a client of its own on httpx's connection pool."""
-        transport = httpx.AsyncHTTPTransport(verify=ssl_context)
+    def owned(
+        cls, timeout: httpx.Timeout, ssl_context: ssl.SSLContext, *, max_connections: int = 100
+    ) -> HttpxWire:
+        """A wire over a client of its own on httpx's connection pool. Every connection
+        may stay open between requests: httpx's default keeps 20, so past 20 requests in
+        flight it would close and reopen connections all the time."""
+        limits = httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        )
+        transport = httpx.AsyncHTTPTransport(verify=ssl_context, limits=limits)
         client = httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=False)
         return cls(client, owned_transport=transport, timeout=timeout)
 
@@ -256,18 +263,24 @@ class AiohttpWire(Wire):
     the request's client-side work."""
 
     def __init__(
-        self, timeout: httpx.Timeout, ssl_context: ssl.SSLContext, *, proxy: str | None = None
+        self,
+        timeout: httpx.Timeout,
+        ssl_context: ssl.SSLContext,
+        *,
+        proxy: str | None = None,
+        max_connections: int = 100,
     ) -> None:
         self._timeout = aiohttp_timeout(timeout)
         self._ssl = ssl_context
         self._proxy = proxy
+        self._limit = max_connections
         self._session: aiohttp.ClientSession | None = None
 
     def _open(self) -> aiohttp.ClientSession:
         session = self._session
         if session is None:
             session = self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(ssl=self._ssl),
+                connector=aiohttp.TCPConnector(ssl=self._ssl, limit=self._limit),
                 timeout=self._timeout,
             )
         return session
