@@ -155,7 +155,7 @@ def make_client(transport: str) -> httpx.AsyncClient:
         return httpx.AsyncClient(
             transport=CannedTransport(), timeout=_TIMEOUT, follow_redirects=False
         )
-    limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)
     return httpx.AsyncClient(
         timeout=_TIMEOUT, follow_redirects=False, verify=_ssl_context(), limits=limits
     )
