@@ -10,6 +10,7 @@ repaired tool name) are applied to the assistant message itself before it is sto
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -150,11 +151,15 @@ async def run_call(
     timeout = spec.timeout if spec.timeout is not None else default_timeout
     emit(ToolStarted(prepared.call.id, spec.name))
     started = time.perf_counter()
+    # A bare deadline scope rather than anyio.fail_after: the same semantics for a scope
+    # this function owns, at a third of the cost per call (fail_after wraps the scope in
+    # a generator context manager).
+    deadline = math.inf if timeout is None else anyio.current_time() + timeout
     try:
-        with anyio.fail_after(timeout):
+        with anyio.CancelScope(deadline=deadline) as scope:
             result = ToolResult.of(await prepared.tool(dict(prepared.args), ctx))
-    except TimeoutError:
-        result = tool_error(f"Tool '{spec.name}' timed out after {timeout:g}s")
+        if scope.cancelled_caught:
+            result = tool_error(f"Tool '{spec.name}' timed out after {timeout:g}s")
     except Exception as exc:
         result = tool_error(f"Tool execution failed: {type(exc).__name__}: {exc}")
     content = redact(result.content) if redact_secrets else result.content
