@@ -289,7 +289,8 @@ class Agent:
         state, decision = step(TurnState(max_iterations=self.settings.max_iterations), InputReady())
         try:
             while not isinstance(decision, Deliver):
-                self._emit(StageEntered(state.stage.value))
+                if self._on_event is not None:
+                    self._emit(StageEntered(state.stage.value))
                 event = await self._perform(decision, turn, history)
                 state, decision = step(state, event)
         except anyio.get_cancelled_exc_class():

@@ -11,9 +11,9 @@ model <-> tools (each completed group persisted before the next call) -> deliver
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 __all__ = [
     "MAX_INVALID_STRIKES",
@@ -182,9 +182,13 @@ class InvalidTransition(RuntimeError):
     """The driver reported an event that cannot happen in the current stage (a bug)."""
 
 
-@dataclass(frozen=True, slots=True)
-class TurnState:
-    """Everything the decisions depend on; the transcript itself lives in the driver."""
+class TurnState(NamedTuple):
+    """Everything the decisions depend on; the transcript itself lives in the driver.
+
+    A named tuple rather than a frozen dataclass: as immutable, and the driver derives a
+    new state several times per model round, where ``_replace`` costs half of
+    ``dataclasses.replace``.
+    """
 
     stage: Stage = Stage.INPUT
     api_calls: int = 0
@@ -196,28 +200,28 @@ class TurnState:
 
 
 def _deliver(state: TurnState, outcome: Outcome) -> tuple[TurnState, Decision]:
-    return replace(state, stage=Stage.DELIVERY, pending=None), Deliver(outcome)
+    return state._replace(stage=Stage.DELIVERY, pending=None), Deliver(outcome)
 
 
 def _flush_then(state: TurnState, outcome: Outcome | None) -> tuple[TurnState, Decision]:
-    return replace(state, stage=Stage.PERSIST, pending=outcome), Persist()
+    return state._replace(stage=Stage.PERSIST, pending=outcome), Persist()
 
 
 def _after_flush(state: TurnState, event: Persisted) -> tuple[TurnState, Decision]:
     if state.pending is not None:
         return _deliver(state, state.pending)
     if event.budget_available:
-        return replace(state, stage=Stage.MODEL), CallModel()
-    return replace(state, stage=Stage.MODEL, summary_call=True), CallModel(summary=True)
+        return state._replace(stage=Stage.MODEL), CallModel()
+    return state._replace(stage=Stage.MODEL, summary_call=True), CallModel(summary=True)
 
 
 def _after_reply(state: TurnState, event: ModelReplied) -> tuple[TurnState, Decision]:
-    state = replace(state, api_calls=state.api_calls + 1)
+    state = state._replace(api_calls=state.api_calls + 1)
     if state.summary_call:
         reason = f"max_iterations_reached({state.api_calls}/{state.max_iterations})"
         return _flush_then(state, Outcome(exit_reason=reason, completed=False))
     if event.tool_calls:
-        return replace(state, stage=Stage.TOOLS), RunTools()
+        return state._replace(stage=Stage.TOOLS), RunTools()
     reason = f"text_response(finish_reason={event.finish_reason})"
     if event.finish_reason == "length" and not event.has_text:
         truncated = Outcome(
@@ -232,9 +236,9 @@ def _after_reply(state: TurnState, event: ModelReplied) -> tuple[TurnState, Deci
 
 def _after_tools(state: TurnState, event: ToolsDone) -> tuple[TurnState, Decision]:
     if event.invalid_name is None:
-        return _flush_then(replace(state, invalid_strikes=0), None)
+        return _flush_then(state._replace(invalid_strikes=0), None)
     strikes = state.invalid_strikes + 1
-    state = replace(state, invalid_strikes=strikes)
+    state = state._replace(invalid_strikes=strikes)
     if strikes >= MAX_INVALID_STRIKES:
         outcome = Outcome(
             exit_reason="invalid_tool_calls",
@@ -257,11 +261,11 @@ def step(state: TurnState, event: Event) -> tuple[TurnState, Decision]:
             outcome = Outcome(exit_reason="interrupted_by_user", completed=False, interrupted=True)
             return _flush_then(state, outcome)
         case Stage.INPUT, InputReady():
-            return replace(state, stage=Stage.HISTORY), AssembleHistory()
+            return state._replace(stage=Stage.HISTORY), AssembleHistory()
         case Stage.HISTORY, HistoryReady():
-            return replace(state, stage=Stage.PROMPT), BuildPrompt()
+            return state._replace(stage=Stage.PROMPT), BuildPrompt()
         case Stage.PROMPT, PromptReady():
-            return replace(state, stage=Stage.PROVIDER), ResolveProvider()
+            return state._replace(stage=Stage.PROVIDER), ResolveProvider()
         case Stage.PROVIDER, ProviderReady():
             return _flush_then(state, None)
         case Stage.PERSIST, Persisted():
