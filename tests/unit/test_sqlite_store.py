@@ -1,4 +1,5 @@
-"""What only the SQLite store has: pragmas, schema versions, FTS triggers, locking, crashes.
+"""What only the SQLite store has: pragmas, schema versions, deferred full-text indexing,
+locking, crashes.
 
 The shared behaviour is proven by the contract suite; these tests look at the file itself
 (through separate raw connections) and at how the store survives other writers.
@@ -6,6 +7,7 @@ The shared behaviour is proven by the contract suite; these tests look at the fi
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
@@ -20,7 +22,9 @@ import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from hermes_adapters.sessions._sqlite_schema import SCHEMA_VERSION
+from hermes_adapters.sessions import sqlite as sqlite_module
+from hermes_adapters.sessions._sqlite_fts import CATCH_UP
+from hermes_adapters.sessions._sqlite_schema import FTS_WATERMARK, SCHEMA_VERSION
 from hermes_adapters.sessions.sqlite import SQLiteSessionStore
 from hermes_core.errors import SessionStoreError, StoreClosed
 from hermes_core.messages import AssistantMessage, ToolCall, ToolMessage, UserMessage
@@ -49,11 +53,62 @@ async def columns(db: aiosqlite.Connection, table: str) -> set[str]:
     return {row[1] for row in await db.execute_fetchall(f"PRAGMA table_info({table})")}
 
 
+async def watermark(db: aiosqlite.Connection) -> int:
+    """The full-text watermark. (``COUNT(*)`` of an external-content FTS5 table counts the
+    content table; ``<index>_docsize`` has one row per indexed row.)"""
+    return int(
+        await scalar(
+            db, "SELECT CAST(value AS INTEGER) FROM state_meta WHERE key = ?", (FTS_WATERMARK,)
+        )
+    )
+
+
+async def catch_up(db: aiosqlite.Connection) -> None:
+    """What a writer's catch-up does, from another connection (as another process would)."""
+    await db.execute("BEGIN IMMEDIATE")
+    bounds = {"low": await watermark(db), "high": await scalar(db, "SELECT MAX(id) FROM messages")}
+    if bounds["high"] is not None and bounds["high"] > bounds["low"]:
+        for statement in CATCH_UP:
+            await db.execute(statement, bounds)
+    await db.execute("COMMIT")
+
+
 async def check_integrity(db: aiosqlite.Connection) -> None:
-    """The b-trees are sound and both full-text indexes match the messages table."""
+    """The b-trees are sound, and both full-text indexes, once the rows above the watermark
+    are indexed, hold exactly what the messages table holds.
+
+    FTS5's ``integrity-check`` with rank 1 compares an external-content index with its
+    content table, so it fails while rows wait to be indexed; it would also fail after the
+    catch-up if a ``'delete'`` had ever been issued for a row that was not indexed.
+    """
     assert await scalar(db, "PRAGMA integrity_check") == "ok"
     for index in ("messages_fts", "messages_fts_trigram"):
+        await db.execute(f"INSERT INTO {index}({index}) VALUES ('integrity-check')")
+    await catch_up(db)
+    for index in ("messages_fts", "messages_fts_trigram"):
         await db.execute(f"INSERT INTO {index}({index}, rank) VALUES ('integrity-check', 1)")
+
+
+@pytest.fixture
+def no_background_indexing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stores built in the test index only when a search or ``index_pending`` asks."""
+    monkeypatch.setattr(sqlite_module, "_INDEX_IDLE_DELAY", 3600.0)
+
+
+@pytest.fixture
+def eager_background_indexing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stores built in the test start indexing 10 ms after their last write."""
+    monkeypatch.setattr(sqlite_module, "_INDEX_IDLE_DELAY", 0.01)
+
+
+async def wait_for_watermark(path: Path, wanted: int) -> None:
+    """Poll the file (as another process would) until the watermark reaches ``wanted``."""
+    with anyio.fail_after(20):
+        while True:
+            async with raw(path) as db:
+                if await watermark(db) >= wanted:
+                    return
+            await anyio.sleep(0.01)
 
 
 def user(text: str) -> UserMessage:
@@ -92,14 +147,14 @@ async def test_wal_mode_and_schema_version_are_stored(db_path: Path) -> None:
         "schema_version",
         "messages_fts",
         "messages_fts_trigram",
-        "messages_fts_insert",
         "messages_fts_delete",
         "messages_fts_update",
-        "messages_fts_trigram_insert",
         "messages_fts_trigram_delete",
         "messages_fts_trigram_update",
         "idx_sessions_title",
     } <= names
+    # Deferred indexing: nothing indexes on insert.
+    assert not {"messages_fts_insert", "messages_fts_trigram_insert"} & names
 
 
 async def test_delete_journal_mode_is_honoured(db_path: Path) -> None:
@@ -179,6 +234,85 @@ async def test_migration_from_an_older_version_adds_columns(db_path: Path) -> No
             await check_integrity(db)
 
 
+_V1_TRIGGERS = """
+DROP TRIGGER messages_fts_delete; DROP TRIGGER messages_fts_update;
+DROP TRIGGER messages_fts_trigram_delete; DROP TRIGGER messages_fts_trigram_update;
+CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+  INSERT INTO messages_fts(rowid, content, tool_name, tool_calls)
+  VALUES (new.id, new.content, new.tool_name, new.tool_calls); END;
+CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+  INSERT INTO messages_fts(messages_fts, rowid, content, tool_name, tool_calls)
+  VALUES ('delete', old.id, old.content, old.tool_name, old.tool_calls); END;
+CREATE TRIGGER messages_fts_update AFTER UPDATE OF content, tool_name, tool_calls ON messages
+  WHEN old.content IS NOT new.content OR old.tool_name IS NOT new.tool_name
+    OR old.tool_calls IS NOT new.tool_calls BEGIN
+  INSERT INTO messages_fts(messages_fts, rowid, content, tool_name, tool_calls)
+  VALUES ('delete', old.id, old.content, old.tool_name, old.tool_calls);
+  INSERT INTO messages_fts(rowid, content, tool_name, tool_calls)
+  VALUES (new.id, new.content, new.tool_name, new.tool_calls); END;
+CREATE TRIGGER messages_fts_trigram_insert AFTER INSERT ON messages
+  WHEN new.role != 'tool' BEGIN
+  INSERT INTO messages_fts_trigram(rowid, content) VALUES (new.id, new.content); END;
+CREATE TRIGGER messages_fts_trigram_delete AFTER DELETE ON messages
+  WHEN old.role != 'tool' BEGIN
+  INSERT INTO messages_fts_trigram(messages_fts_trigram, rowid, content)
+  VALUES ('delete', old.id, old.content); END;
+CREATE TRIGGER messages_fts_trigram_update AFTER UPDATE OF content, role ON messages
+  WHEN old.content IS NOT new.content OR old.role IS NOT new.role BEGIN
+  INSERT INTO messages_fts_trigram(messages_fts_trigram, rowid, content)
+  SELECT 'delete', old.id, old.content WHERE old.role != 'tool';
+  INSERT INTO messages_fts_trigram(rowid, content)
+  SELECT new.id, new.content WHERE new.role != 'tool'; END;
+DELETE FROM state_meta WHERE key = 'fts_indexed_through';
+UPDATE schema_version SET version = 1;
+"""
+"""Version 1 had the same tables, and FTS5 maintained by these triggers on every insert."""
+
+
+@pytest.mark.usefixtures("no_background_indexing")
+async def test_migration_from_version_1_keeps_every_row_searchable(db_path: Path) -> None:
+    async with SQLiteSessionStore(db_path) as store:
+        await store.create_session("old", "cli")
+    async with raw(db_path) as db:
+        await db.executescript(_V1_TRIGGERS)
+        await db.executescript(
+            """
+            INSERT INTO messages (session_id, role, content, timestamp)
+                VALUES ('old', 'user', 'walruses indexed by the old trigger', 1.0);
+            INSERT INTO messages (session_id, role, content, tool_name, tool_call_id, timestamp)
+                VALUES ('old', 'tool', 'narwhal output', 'grep', 'c1', 2.0);
+            INSERT INTO messages (session_id, role, content, timestamp)
+                VALUES ('old', 'assistant', 'a doomed reply', 3.0);
+            """
+        )
+        assert await scalar(db, "SELECT version FROM schema_version") == 1
+        await check_integrity_v1(db)
+    async with SQLiteSessionStore(db_path) as store:
+        assert [h.id for h in await store.search_messages("walruses")] == [1]
+        assert [h.id for h in await store.search_messages("alrus")] == [1]  # trigram
+        assert [h.role for h in await store.search_messages("narwhal")] == ["tool"]
+        async with raw(db_path) as db:
+            assert await scalar(db, "SELECT version FROM schema_version") == SCHEMA_VERSION
+            names = {r[0] for r in await db.execute_fetchall("SELECT name FROM sqlite_master")}
+            assert not {"messages_fts_insert", "messages_fts_trigram_insert"} & names
+            assert await watermark(db) == 3  # the old triggers had indexed every row
+            await db.execute("DELETE FROM messages WHERE id = 3")  # an indexed row goes
+            await check_integrity(db)
+        new_id = await store.append_message("old", user("walruses after the upgrade"))
+        assert [h.id for h in await store.search_messages("walruses")] == [new_id, 1]
+        assert await store.search_messages("doomed") == []
+    async with SQLiteSessionStore(db_path, read_only=True) as reader:
+        assert len(await reader.search_messages("walruses")) == 2
+    async with raw(db_path) as db:
+        await check_integrity(db)
+
+
+async def check_integrity_v1(db: aiosqlite.Connection) -> None:
+    """A version-1 file: every row indexed as inserted."""
+    for index in ("messages_fts", "messages_fts_trigram"):
+        await db.execute(f"INSERT INTO {index}({index}, rank) VALUES ('integrity-check', 1)")
+
+
 async def test_a_newer_schema_is_refused(db_path: Path) -> None:
     async with SQLiteSessionStore(db_path) as store:
         await store.create_session("s", "cli")
@@ -215,7 +349,10 @@ async def test_async_with_and_idempotent_close(db_path: Path) -> None:
 # -- full-text search ---------------------------------------------------------------------
 
 
-async def test_fts_stays_in_sync_on_update_and_delete(db_path: Path) -> None:
+@pytest.mark.usefixtures("no_background_indexing")
+@pytest.mark.parametrize("indexed", [False, True], ids=["pending", "indexed"])
+async def test_fts_stays_in_sync_on_update_and_delete(db_path: Path, indexed: bool) -> None:
+    """Rows changed or deleted behind the store's back, before or after they are indexed."""
     async with SQLiteSessionStore(db_path) as store:
         await store.create_session("s", "cli")
         first, second, tool = await store.append_messages(
@@ -226,7 +363,10 @@ async def test_fts_stays_in_sync_on_update_and_delete(db_path: Path) -> None:
                 ToolMessage(tool_call_id="c", content="tool output", name="grep"),
             ],
         )
+        if indexed:
+            assert await store.index_pending() == 3
         async with raw(db_path) as db:
+            assert await watermark(db) == (tool if indexed else 0)
             await db.execute(
                 "UPDATE messages SET content = 'replacement phrasing' WHERE id = ?", (first,)
             )
@@ -269,17 +409,266 @@ async def test_trigram_finds_fragments_and_cjk_but_not_tool_rows(db_path: Path) 
         assert [h.role for h in await store.search_messages("output")] == ["tool"]
 
 
-async def test_a_failing_match_raises_instead_of_finding_nothing(db_path: Path) -> None:
+@pytest.mark.usefixtures("no_background_indexing")
+@pytest.mark.parametrize("indexed", [False, True], ids=["catch-up fails", "match fails"])
+async def test_a_failing_match_raises_instead_of_finding_nothing(
+    db_path: Path, indexed: bool
+) -> None:
     async with SQLiteSessionStore(db_path) as store:
         await store.create_session("s", "cli")
         await store.append_message("s", user("findable words"))
+        if indexed:
+            assert await store.index_pending() == 1
         async with raw(db_path) as db:
             await db.executescript(
-                "DROP TRIGGER messages_fts_insert; DROP TRIGGER messages_fts_delete; "
-                "DROP TRIGGER messages_fts_update; DROP TABLE messages_fts;"
+                "DROP TRIGGER messages_fts_delete; DROP TRIGGER messages_fts_update; "
+                "DROP TABLE messages_fts;"
             )
         with pytest.raises(SessionStoreError, match="search_messages"):
             await store.search_messages("findable")
+
+
+# -- deferred full-text indexing ------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("no_background_indexing")
+async def test_appends_leave_rows_pending_and_index_pending_moves_the_watermark(
+    db_path: Path,
+) -> None:
+    async with SQLiteSessionStore(db_path) as store:
+        await store.create_session("s", "cli")
+        ids = await store.append_messages(
+            "s",
+            [
+                user("waiting for the index"),
+                AssistantMessage(content="so am I"),
+                ToolMessage(tool_call_id="c", content="tool text", name="t"),
+            ],
+        )
+        async with raw(db_path) as db:
+            assert await watermark(db) == 0
+            assert await scalar(db, "SELECT COUNT(*) FROM messages_fts_docsize") == 0
+        assert await store.index_pending() == 3
+        assert await store.index_pending() == 0
+        async with raw(db_path) as db:
+            assert await watermark(db) == ids[-1]
+            assert await scalar(db, "SELECT COUNT(*) FROM messages_fts_docsize") == 3
+            assert (
+                await scalar(db, "SELECT COUNT(*) FROM messages_fts_trigram_docsize") == 2
+            )  # no tool
+            await check_integrity(db)
+
+
+@pytest.mark.usefixtures("no_background_indexing")
+async def test_index_pending_works_in_chunks(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_module, "_INDEX_CHUNK", 4)
+    async with SQLiteSessionStore(db_path) as store:
+        await store.create_session("s", "cli")
+        ids = await store.append_messages("s", [user(f"row {i}") for i in range(10)])
+        conn = await store._connection()
+        statements: list[str] = []
+        await conn.set_trace_callback(statements.append)
+        assert await store.index_pending() == 10
+        await conn.set_trace_callback(None)
+        assert sum(s.startswith("BEGIN IMMEDIATE") for s in statements) == 3
+        assert [h.id for h in await store.search_messages("row", sort="oldest")] == ids
+
+
+@pytest.mark.usefixtures("no_background_indexing")
+async def test_a_search_sees_a_message_appended_a_moment_ago(db_path: Path) -> None:
+    async with SQLiteSessionStore(db_path) as store:
+        await store.create_session("s", "cli")
+        [new_id] = await store.append_messages("s", [user("fresh off the press")])
+        [hit] = await store.search_messages("press")
+        assert hit.id == new_id
+        assert [h.id for h in await store.search_messages("resh")] == [new_id]  # trigram
+        async with raw(db_path) as db:
+            assert await watermark(db) == new_id  # the search caught up first
+
+
+@pytest.mark.usefixtures("no_background_indexing")
+async def test_deleting_pending_and_indexed_rows_keeps_the_indexes_sound(db_path: Path) -> None:
+    async with SQLiteSessionStore(db_path) as store:
+        await store.create_session("s", "cli")
+        kept_old, gone_old = await store.append_messages(
+            "s", [user("indexed keeper"), user("indexed goner")]
+        )
+        gone_tool = await store.append_message(
+            "s", ToolMessage(tool_call_id="c", content="indexed tool goner", name="t")
+        )
+        await store.index_pending()
+        kept_new, gone_new = await store.append_messages(
+            "s", [user("pending keeper"), user("pending goner")]
+        )
+        async with raw(db_path) as db:
+            await db.execute(
+                "DELETE FROM messages WHERE id IN (?, ?, ?)", (gone_old, gone_tool, gone_new)
+            )
+            assert await watermark(db) == gone_tool
+            await check_integrity(db)
+        assert [h.id for h in await store.search_messages("keeper")] == [kept_new, kept_old]
+        assert await store.search_messages("goner") == []
+        # Through the store: replace_messages deletes indexed and pending rows alike.
+        await store.index_pending()
+        await store.append_message("s", user("pending again"))
+        await store.replace_messages("s", [user("only this")])
+        assert await store.search_messages("keeper") == []
+        assert await store.search_messages("again") == []
+        async with raw(db_path) as db:
+            await check_integrity(db)
+
+
+@pytest.mark.usefixtures("no_background_indexing")
+async def test_updating_indexed_rows_reindexes_them(db_path: Path) -> None:
+    async with SQLiteSessionStore(db_path) as store:
+        await store.create_session("s", "cli")
+        said, called = await store.append_messages(
+            "s", [user("first draft"), AssistantMessage(content="chatty reply")]
+        )
+        await store.index_pending()
+        async with raw(db_path) as db:
+            await db.execute("UPDATE messages SET content = 'final version' WHERE id = ?", (said,))
+            # A role change moves a row out of the trigram index (tool rows are not in it).
+            await db.execute("UPDATE messages SET role = 'tool' WHERE id = ?", (called,))
+            await check_integrity(db)
+        assert await store.search_messages("draft") == []
+        assert [h.id for h in await store.search_messages("final")] == [said]
+        assert [h.id for h in await store.search_messages("inal versi")] == [said]
+        assert await store.search_messages("atty repl") == []  # no longer in trigram
+        assert [h.id for h in await store.search_messages("chatty")] == [called]
+
+
+@pytest.mark.usefixtures("eager_background_indexing")
+async def test_the_background_indexer_catches_up_without_a_search(db_path: Path) -> None:
+    async with SQLiteSessionStore(db_path) as store:
+        await store.create_session("s", "cli")
+        ids = await store.append_messages("s", [user(f"quiet {i}") for i in range(50)])
+        last = await store.append_message("s", user("the last word"))
+        await wait_for_watermark(db_path, last)
+        task = store._indexer._task
+        if task is not None:  # it ends on its own once nothing is pending
+            with anyio.fail_after(5):
+                await asyncio.wait({task})
+        assert not store._indexer.running
+        async with raw(db_path) as db:
+            await check_integrity(db)
+            assert await scalar(db, "SELECT COUNT(*) FROM messages_fts_docsize") == len(ids) + 1
+
+
+@pytest.mark.usefixtures("no_background_indexing")
+async def test_a_writable_store_opening_a_backlog_indexes_it(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with SQLiteSessionStore(db_path) as store:
+        await store.create_session("s", "cli")
+        last = (await store.append_messages("s", [user(f"left {i}") for i in range(20)]))[-1]
+    monkeypatch.setattr(sqlite_module, "_INDEX_IDLE_DELAY", 0.01)
+    async with SQLiteSessionStore(db_path) as store:
+        await store.get_session("s")  # opening finds the backlog and wakes the indexer
+        await wait_for_watermark(db_path, last)
+
+
+async def test_close_during_background_indexing_leaves_no_task_and_a_sound_index(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_module, "_INDEX_CHUNK", 100)
+    monkeypatch.setattr(sqlite_module, "_INDEX_IDLE_DELAY", 0.01)
+    store = SQLiteSessionStore(db_path)
+    chunks_started = 0
+    second_chunk = anyio.Event()
+    index_chunk = store._indexer._index_chunk
+
+    async def observed_chunk() -> int:
+        nonlocal chunks_started
+        chunks_started += 1
+        if chunks_started == 2:
+            second_chunk.set()
+        return await index_chunk()
+
+    store._indexer._index_chunk = observed_chunk
+    await store.create_session("s", "cli")
+    ids = await store.append_messages("s", [user(f"row {i}") for i in range(1_000)])
+    with anyio.fail_after(10):
+        await second_chunk.wait()  # the first chunk is committed, the second under way
+    await store.close()
+    assert not store._indexer.running
+    async with raw(db_path) as db:
+        assert await scalar(db, "PRAGMA integrity_check") == "ok"
+        reached = await watermark(db)
+        assert 0 < reached < ids[-1]  # closed mid-way: the rest waits, nothing half-done
+        assert await scalar(db, "SELECT COUNT(*) FROM messages_fts_docsize") == reached
+        await check_integrity(db)
+    async with SQLiteSessionStore(db_path) as again:
+        assert len(await again.search_messages("row", limit=10_000)) == len(ids)
+
+
+async def test_two_writers_on_one_file_append_and_search(db_path: Path) -> None:
+    async with SQLiteSessionStore(db_path) as first:
+        await first.create_session("a", "cli")
+        await first.create_session("b", "cli")
+    one, two = SQLiteSessionStore(db_path), SQLiteSessionStore(db_path)
+    found: dict[str, set[int]] = {"a": set(), "b": set()}
+
+    async def write(store: SQLiteSessionStore, sid: str) -> None:
+        for i in range(15):
+            ids = await store.append_messages(sid, [user(f"shared topic {sid} {i}"), user("x")])
+            # Read-your-writes whoever else is writing (and indexing) the file.
+            hits = await store.search_messages(f"topic {sid}", limit=100)
+            assert ids[0] in {h.id for h in hits}
+            found[sid] |= {h.id for h in hits}
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write, one, "a")
+            tg.start_soon(write, two, "b")
+        everything = await one.search_messages("shared", limit=100)
+        assert len(everything) == 30
+        assert [h.id for h in everything] == sorted((h.id for h in everything), reverse=True)
+        assert {h.id for h in everything} == found["a"] | found["b"]
+    finally:
+        await one.close()
+        await two.close()
+    async with raw(db_path) as db:
+        await check_integrity(db)
+
+
+@pytest.mark.usefixtures("no_background_indexing")
+async def test_a_read_only_store_searches_rows_the_writer_has_not_indexed(db_path: Path) -> None:
+    async with SQLiteSessionStore(db_path) as writer:
+        await writer.create_session("s", "cli")
+        old = await writer.append_messages("s", [user(f"alpha old {i}") for i in range(3)])
+        await writer.index_pending()
+        pending = await writer.append_messages("s", [user(f"alpha new {i}") for i in range(3)])
+        async with SQLiteSessionStore(db_path, read_only=True) as reader:
+            hits = await reader.search_messages("alpha")
+            assert [h.id for h in hits] == [*reversed(old + pending)]
+            assert [h.id for h in await reader.search_messages("alpha", sort="oldest")] == [
+                *old,
+                *pending,
+            ]
+            # Pages cross from the tail to the main index like one index.
+            assert [h.id for h in await reader.search_messages("alpha", limit=2, offset=2)] == [
+                pending[0],
+                old[2],
+            ]
+            [hit] = await reader.search_messages("new 1")
+            assert hit.id == pending[1] and ">>>new<<<" in hit.snippet
+            assert [c["content"] for c in hit.context] == [
+                "alpha new 0",
+                "alpha new 1",
+                "alpha new 2",
+            ]
+            assert [h.id for h in await reader.search_messages('"lpha ne"')] == [*reversed(pending)]
+
+            more = await writer.append_message("s", user("alpha newest"))
+            assert (await reader.search_messages("alpha"))[0].id == more  # the tail grows
+            await writer.index_pending()
+            hits = await reader.search_messages("alpha")  # the tail is trimmed, not doubled
+            assert [h.id for h in hits] == [more, *reversed(old + pending)]
+            async with raw(db_path) as db:
+                assert await watermark(db) == more  # the reader indexed nothing in the file
 
 
 # -- locking and durability ---------------------------------------------------------------
@@ -355,6 +744,7 @@ async def test_twenty_concurrent_writers_lose_no_message(db_path: Path) -> None:
         await check_integrity(db)
 
 
+@pytest.mark.usefixtures("no_background_indexing")
 async def test_a_passive_checkpoint_runs_every_fifty_writes(db_path: Path) -> None:
     async with SQLiteSessionStore(db_path) as store:
         await store.create_session("s", "cli")  # write 1

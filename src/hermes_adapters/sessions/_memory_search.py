@@ -5,7 +5,8 @@ every query term as a case-insensitive substring (a balanced ``"quoted phrase"``
 term, its words separated by any whitespace). That is a stand-in for FTS5 that also finds
 ``it's``, ``a/b.py`` or ``user@host`` literally. Terms are read as the SQL stores read them
 (``_fts.query_terms``), snippets are cut as PostgreSQL's substring fallback cuts them
-(``_store_common.marked_snippet``), and the order is newest first, as everywhere. It lives
+(``_store_common.marked_snippet``), and the order is newest first, as everywhere: by row
+id, the order messages were recorded, not by the caller-supplied ``timestamp``. It lives
 apart from the store's writes in ``memory.py``.
 """
 
@@ -46,7 +47,8 @@ def search_messages(
     sort: SortOrder | None,
     include_inactive: bool,
 ) -> list[SearchHit]:
-    """Messages containing every query term, newest first unless ``sort="oldest"``."""
+    """Messages containing every query term, newest (highest id) first unless
+    ``sort="oldest"``."""
     patterns = _compile_query(query)
     if not patterns or limit <= 0:
         return []
@@ -66,7 +68,7 @@ def search_messages(
                 continue
             around = rows[max(index - 1, 0) : index + 2]
             found.append((row, session, matches, around))
-    found.sort(key=lambda item: (item[0].timestamp, item[0].id), reverse=sort != "oldest")
+    found.sort(key=lambda item: item[0].id, reverse=sort != "oldest")
     page = found[max(offset, 0) : max(offset, 0) + limit]
     return [
         SearchHit(

@@ -24,7 +24,8 @@ Where it differs from the SQLite store's FTS5:
   as case-insensitive substrings (``ILIKE``) of non-tool messages, accelerated by a
   ``pg_trgm`` GIN index where the extension could be installed: SQLite's trigram retry;
 - no relevance ranking on either side (neither ``bm25``/``rank`` nor ``ts_rank``): the
-  order is the message time, so the same query pages identically on every backend;
+  order is the message id, the order messages were recorded (not the caller-supplied
+  ``timestamp``), so the same query pages identically on every backend;
 - snippets come from ``ts_headline``: a text of up to 200 characters whole, a longer one
   as one fragment of about 30 words, where FTS5's ``snippet()`` picks 40 tokens; ``...``
   marks text cut at either end.
@@ -87,12 +88,13 @@ def _substring_snippet(content: str, terms: Sequence[str]) -> str:
 
 
 def _search_sql(match: str, headline: str, filters: str, scope: str, direction: str) -> str:
-    """Hits on one page (newest or oldest first), their snippet source and neighbours.
+    """Hits on one page (newest or oldest id first), their snippet source and neighbours.
 
-    The page is cut first, so ``ts_headline`` (which re-parses the text) runs only on the
-    rows returned, and each hit's previous and next message come from index lookups.
+    One statement: the page is cut first, so ``ts_headline`` (which re-parses the text)
+    runs only on the rows returned, and each hit's previous and next message come from
+    index lookups joined to it (``LATERAL``), not from further queries per hit.
     """
-    order = f"ORDER BY h.timestamp {direction}, h.id {direction}"
+    order = f"ORDER BY h.id {direction}"
     around = (
         "SELECT role, left(content, {chars}) AS content FROM messages n "
         "WHERE n.session_id = h.session_id AND n.id {op} h.id{scope} ORDER BY n.id {dir} LIMIT 1"
@@ -108,7 +110,7 @@ def _search_sql(match: str, headline: str, filters: str, scope: str, direction: 
         "s.source, s.model, s.started_at "
         "FROM messages m JOIN sessions s ON s.id = m.session_id "
         f"WHERE {match}{filters} "
-        f"ORDER BY m.timestamp {direction}, m.id {direction} LIMIT :limit OFFSET :offset) h "
+        f"ORDER BY m.id {direction} LIMIT :limit OFFSET :offset) h "
         f"LEFT JOIN LATERAL ({before}) b ON true "
         f"LEFT JOIN LATERAL ({after}) a ON true {order}"
     )
@@ -151,8 +153,8 @@ def message_search(
     include_inactive: bool,
 ) -> Callable[[AsyncConnection], Awaitable[list[SearchHit]]] | None:
     """The transaction body of ``search_messages``, or ``None`` when nothing can match
-    (no terms, or no room on the page): every term must match, newest first unless
-    ``sort="oldest"``; words on ``search_vector``, then, when that finds nothing, the same
+    (no terms, or no room on the page): every term must match, newest (highest id) first
+    unless ``sort="oldest"``; words on ``search_vector``, then, when that finds nothing, the same
     terms as substrings of non-tool messages."""
     terms = _fts.query_terms(query)
     if limit <= 0 or not terms:

@@ -43,6 +43,11 @@ class _SqlSessionStore:
     async def _write(self, operation: str, body: Callable[[Any], Awaitable[_T]]) -> _T:
         raise NotImplementedError
 
+    async def _run_search(self, body: Any) -> list[SearchHit]:
+        """Run the body ``_search_sql.message_search`` built, in a read transaction; a
+        store whose full-text index may lag its writes overrides this."""
+        return await self._read("search_messages", body)
+
     # -- sessions -----------------------------------------------------------------------
 
     async def create_session(self, session_id: str, source: str, **fields: Any) -> str:
@@ -227,9 +232,10 @@ class _SqlSessionStore:
     ) -> list[SearchHit]:
         """Messages matching every query word, newest first unless ``sort="oldest"``.
 
-        Words are matched by the backend's full-text index; when that finds nothing, the
-        same words are tried as substrings (see the backend's search module). Default
-        scope: active rows and rows archived by compaction.
+        "Newest" is the order messages were recorded in (their id), not the ``timestamp``
+        a caller may have supplied. Words are matched by the backend's full-text index;
+        when that finds nothing, the same words are tried as substrings (see the backend's
+        search module). Default scope: active rows and rows archived by compaction.
 
         Raises:
             SessionStoreError: the query failed (never reported as no results).
@@ -245,7 +251,7 @@ class _SqlSessionStore:
             sort=sort,
             include_inactive=include_inactive,
         )
-        return [] if body is None else await self._read("search_messages", body)
+        return [] if body is None else await self._run_search(body)
 
     async def search_sessions(
         self, *, source: str | None = None, limit: int = 20, offset: int = 0

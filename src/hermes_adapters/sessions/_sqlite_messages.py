@@ -17,9 +17,16 @@ import aiosqlite
 
 from hermes_adapters.sessions import _lineage
 from hermes_adapters.sessions._sqlite_rows import execute, fetch_all, insert, stored_message
-from hermes_adapters.sessions._sqlite_schema import INSERT_MESSAGE, EncodedMessage, decode_message
+from hermes_adapters.sessions._sqlite_schema import (
+    INSERT_MESSAGE,
+    INSERT_ROWS_MAX,
+    EncodedMessage,
+    decode_message,
+    insert_messages_sql,
+)
 from hermes_adapters.sessions._sqlite_sessions import Nodes, recount, require
 from hermes_adapters.sessions._store_common import batch_timestamps, check_appendable
+from hermes_core.errors import SessionNotFound
 from hermes_core.messages import Message
 from hermes_core.ports.sessions import StoredMessage
 
@@ -41,22 +48,41 @@ async def insert_batch(
 ) -> list[int]:
     """Insert ``encoded`` with strictly increasing timestamps from now; return the ids.
 
-    One ``executemany`` (one hop to the connection's thread instead of two per row). The
-    ids are consecutive: the caller holds the write lock inside ``BEGIN IMMEDIATE`` and
-    ``id`` is ``AUTOINCREMENT``, so the batch ends at ``last_insert_rowid()``.
+    One multi-row ``INSERT ... RETURNING id`` per thousand rows: one hop to the
+    connection's thread per statement. The ids come back in no promised order; they are
+    in insertion order once sorted (``id`` is ``AUTOINCREMENT`` and the caller holds the
+    write lock inside ``BEGIN IMMEDIATE``).
     """
-    if not encoded:
-        return []
     stamps = batch_timestamps(time.time(), len(encoded))
-    rows = [enc.params(session_id, stamp) for enc, stamp in zip(encoded, stamps, strict=True)]
-    cursor = await conn.executemany(INSERT_MESSAGE, rows)
-    await cursor.close()
-    (found,) = await fetch_all(conn, "SELECT last_insert_rowid()")
-    last = int(found[0])
-    return list(range(last - len(rows) + 1, last + 1))
+    ids: list[int] = []
+    for start in range(0, len(encoded), INSERT_ROWS_MAX):
+        end = start + INSERT_ROWS_MAX
+        part = list(zip(encoded[start:end], stamps[start:end], strict=True))
+        values = [value for enc, stamp in part for value in enc.params(session_id, stamp)]
+        rows = await fetch_all(conn, insert_messages_sql(len(part)), values)
+        ids += sorted(int(row[0]) for row in rows)
+    return ids
 
 
 # -- writes ---------------------------------------------------------------------------------
+
+
+async def _count(
+    conn: aiosqlite.Connection, session_id: str, messages: int, tool_calls: int, operation: str
+) -> None:
+    """Add to the session's counters, refusing a missing session or one ended by
+    compression: one statement finds the session, its end reason and bumps the counters
+    (instead of a read and an update). Run before the insert; a refusal raises and the
+    store rolls the transaction back."""
+    found = await fetch_all(
+        conn,
+        "UPDATE sessions SET message_count = message_count + ?, "
+        "tool_call_count = tool_call_count + ? WHERE id = ? RETURNING end_reason",
+        (messages, tool_calls, session_id),
+    )
+    if not found:
+        raise SessionNotFound(f"{operation}: no session {session_id!r}")
+    check_appendable(session_id, found[0]["end_reason"], operation)
 
 
 async def append(
@@ -67,33 +93,18 @@ async def append(
     token_count: int | None,
 ) -> int:
     """Append one message and count it; return its row id."""
-    row = await require(conn, session_id, "append_message")
-    check_appendable(session_id, row["end_reason"], "append_message")
+    await _count(conn, session_id, 1, encoded.tool_call_count, "append_message")
     stamp = time.time() if timestamp is None else float(timestamp)
-    new_id = await insert(conn, INSERT_MESSAGE, encoded.params(session_id, stamp, token_count))
-    await execute(
-        conn,
-        "UPDATE sessions SET message_count = message_count + 1, "
-        "tool_call_count = tool_call_count + ? WHERE id = ?",
-        (encoded.tool_call_count, session_id),
-    )
-    return new_id
+    return await insert(conn, INSERT_MESSAGE, encoded.params(session_id, stamp, token_count))
 
 
 async def append_batch(
     conn: aiosqlite.Connection, session_id: str, encoded: Sequence[EncodedMessage]
 ) -> list[int]:
     """Append ``encoded`` and count them; return the row ids in order."""
-    row = await require(conn, session_id, "append_messages")
-    check_appendable(session_id, row["end_reason"], "append_messages")
-    ids = await insert_batch(conn, session_id, encoded)
-    await execute(
-        conn,
-        "UPDATE sessions SET message_count = message_count + ?, "
-        "tool_call_count = tool_call_count + ? WHERE id = ?",
-        (len(encoded), sum(e.tool_call_count for e in encoded), session_id),
-    )
-    return ids
+    tool_calls = sum(e.tool_call_count for e in encoded)
+    await _count(conn, session_id, len(encoded), tool_calls, "append_messages")
+    return await insert_batch(conn, session_id, encoded)
 
 
 async def replace(

@@ -11,7 +11,7 @@ store module about connections and transactions. Session rows become port values
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiosqlite
@@ -20,7 +20,7 @@ from hermes_adapters.sessions._sqlite_schema import decode_message
 from hermes_core.errors import SessionStoreError
 from hermes_core.ports.sessions import StoredMessage
 
-__all__ = ["execute", "fetch_all", "fetch_one", "insert", "stored_message"]
+__all__ = ["execute", "fetch_all", "fetch_one", "insert", "run", "stored_message"]
 
 
 async def fetch_all(
@@ -36,18 +36,27 @@ async def fetch_one(
     return rows[0] if rows else None
 
 
-async def execute(conn: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> int:
+async def execute(
+    conn: aiosqlite.Connection, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()
+) -> int:
     """Run one statement and return its row count (cursor closed at once)."""
     async with conn.execute(sql, params) as cursor:
         return cursor.rowcount
 
 
+async def run(conn: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> None:
+    """Run one statement whose row count nobody needs, in one hop to the connection's
+    thread (``execute`` takes two: the statement, then closing its cursor). For the
+    statements every write runs (``BEGIN``, ``COMMIT``, counters)."""
+    await conn.execute_fetchall(sql, params)
+
+
 async def insert(conn: aiosqlite.Connection, sql: str, params: Sequence[Any]) -> int:
-    async with conn.execute(sql, params) as cursor:
-        new_id = cursor.lastrowid
-    if new_id is None:  # pragma: no cover - an INSERT always sets it
+    """Run one ``INSERT`` and return the new row id, in one hop to the connection's thread."""
+    row = await conn.execute_insert(sql, params)
+    if row is None or row[0] is None:  # pragma: no cover - an INSERT always sets it
         raise SessionStoreError("insert returned no row id")
-    return new_id
+    return int(row[0])
 
 
 def stored_message(row: sqlite3.Row) -> StoredMessage:

@@ -6,35 +6,124 @@ a word search on the unicode61 index falls back to substrings on the trigram ind
 each hit is returned with its neighbours as context. Any FTS5 error is raised, never
 turned into "no results" (WIRE.md §4 item 19). ``search_sessions`` orders sessions by
 their last activity. Both build a transaction body that ``sqlite.py`` runs.
+
+Two choices keep a search fast at a million messages:
+
+- hits are ordered by message id, the order they were recorded (``sort="newest"`` is the
+  highest ids first), which is the FTS rowid: FTS5 then delivers matches already in order
+  and stops after ``LIMIT`` rows, where ordering by the caller's ``timestamp`` had to sort
+  every match first (seconds for a frequent word);
+- the page is cut first and each hit's context (previous, own and next message in search
+  scope, cut to ``CONTEXT_CHARS``) is joined to it in the same statement, instead of three
+  more queries, and thread hops, per hit.
+
+Rows above the full-text watermark are not in the main indexes yet (``_sqlite_fts``). The
+body either hands back ``None`` so a writable store can index them and search again
+(``catch_up_first``), or searches them through the connection's temporary tail index
+next to the main one; tail ids are all higher than indexed ones.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import aiosqlite
 
 from hermes_adapters.sessions import _fts
-from hermes_adapters.sessions._sqlite_rows import fetch_all, fetch_one
+from hermes_adapters.sessions import _sqlite_fts as _index
+from hermes_adapters.sessions._sqlite_rows import fetch_all
 from hermes_adapters.sessions._store_common import CONTEXT_CHARS, SESSION_SELECT, session_info
 from hermes_core.ports.sessions import SearchHit, SessionInfo, SortOrder
 
-__all__ = ["message_search", "search_sessions"]
+__all__ = ["SearchBody", "message_search", "search_sessions"]
 
-_SCOPE_SEARCH = " AND (active = 1 OR compacted = 1)"
 _LAST_ACTIVE = (
     "COALESCE(MAX(COALESCE(last_activity_at, last_message_at), "
     "COALESCE(last_message_at, last_activity_at)), started_at)"
 )
-_AROUND = (
-    "SELECT role, content FROM messages WHERE session_id = ? AND id {} ?{} ORDER BY id {} LIMIT 1"
-)
+
+
+@dataclass(frozen=True, slots=True)
+class _Index:
+    """A full-text index one arm of the search reads, and the column its snippet cuts."""
+
+    table: str
+    snippet_column: int
+
+
+_WORDS = (_Index("messages_fts", -1), _Index(_index.TAIL_WORDS, -1))
+_SUBSTRINGS = (_Index("messages_fts_trigram", 0), _Index(_index.TAIL_TRIGRAM, 0))
+"""(main index, temporary tail index) for word and for substring search."""
+
+
+class SearchBody(Protocol):
+    """The transaction body of a search (a read transaction).
+
+    With ``catch_up_first`` and rows waiting to be indexed it returns ``None`` without
+    searching; otherwise it searches the main indexes and, if rows wait, the tail.
+    """
+
+    async def __call__(
+        self, conn: aiosqlite.Connection, *, catch_up_first: bool
+    ) -> list[SearchHit] | None: ...
 
 
 def _placeholders(values: Sequence[object]) -> str:
     return ", ".join("?" for _ in values)
+
+
+def _arm(index: _Index, filters: str) -> str:
+    """The matches in one index, with everything a hit needs from its own row."""
+    table = index.table
+    return (
+        "SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, "
+        f"snippet({table}, {index.snippet_column}, '>>>', '<<<', '...', 40) AS snippet, "
+        f"substr(COALESCE(m.content, ''), 1, {CONTEXT_CHARS}) AS own_content, "
+        "s.source, s.model, s.started_at "
+        f"FROM {table} JOIN messages m ON m.id = {table}.rowid "
+        "JOIN sessions s ON s.id = m.session_id "
+        f"WHERE {table} MATCH ?{filters}"
+    )
+
+
+def _page_sql(indexes: Sequence[_Index], filters: str, scope: str, direction: str) -> str:
+    """One page of hits (``LIMIT ? OFFSET ?``) with their neighbours, in one statement.
+
+    On one index the order is its rowid, which FTS5 delivers in order, so it stops after
+    the page. With the tail, each index gives its first ``LIMIT + OFFSET`` hits the same
+    way (bound as an extra ``?`` per index) and the page is cut from their union.
+    """
+    if len(indexes) == 1:
+        (index,) = indexes
+        page = f"{_arm(index, filters)} ORDER BY {index.table}.rowid {direction}"
+    else:
+        arms = " UNION ALL ".join(
+            f"SELECT * FROM ({_arm(index, filters)} "
+            f"ORDER BY {index.table}.rowid {direction} LIMIT ?)"
+            for index in indexes
+        )
+        page = f"SELECT * FROM ({arms}) ORDER BY id {direction}"
+
+    def neighbour(op: str, order: str) -> str:
+        return (
+            f"(SELECT n.id FROM messages n WHERE n.session_id = h.session_id AND n.id {op} h.id"
+            f"{scope} ORDER BY n.id {order} LIMIT 1)"
+        )
+
+    return (
+        "SELECT h.*, "
+        f"b.role AS before_role, substr(COALESCE(b.content, ''), 1, {CONTEXT_CHARS}) "
+        "AS before_content, "
+        f"a.role AS after_role, substr(COALESCE(a.content, ''), 1, {CONTEXT_CHARS}) "
+        "AS after_content "
+        f"FROM ({page} LIMIT ? OFFSET ?) h "
+        f"LEFT JOIN messages b ON b.id = {neighbour('<', 'DESC')} "
+        f"LEFT JOIN messages a ON a.id = {neighbour('>', 'ASC')} "
+        f"ORDER BY h.id {direction}"
+    )
 
 
 def message_search(
@@ -47,14 +136,15 @@ def message_search(
     offset: int,
     sort: SortOrder | None,
     include_inactive: bool,
-) -> Callable[[aiosqlite.Connection], Awaitable[list[SearchHit]]]:
+) -> SearchBody:
     """The transaction body of ``search_messages``: every query word must match, newest
-    first unless ``sort="oldest"``; words on the unicode61 index, then, when that finds
-    nothing, the same words as substrings on the trigram index."""
+    (highest id) first unless ``sort="oldest"``; words on the unicode61 index, then, when
+    that finds nothing, the same words as substrings on the trigram index."""
     terms = _fts.query_terms(query)
     words = _fts.match_expression(terms)
     substrings = _fts.trigram_expression(terms)
     filters = "" if include_inactive else " AND (m.active = 1 OR m.compacted = 1)"
+    scope = "" if include_inactive else " AND (n.active = 1 OR n.compacted = 1)"
     params: list[Any] = []
     if source_filter:
         filters += f" AND s.source IN ({_placeholders(source_filter)})"
@@ -68,45 +158,50 @@ def message_search(
     direction = "ASC" if sort == "oldest" else "DESC"
     start = max(offset, 0)
 
-    def sql(index: str, column: int) -> str:
-        return (
-            "SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, "
-            f"snippet({index}, {column}, '>>>', '<<<', '...', 40) AS snippet, "
-            "s.source, s.model, s.started_at "
-            f"FROM {index} JOIN messages m ON m.id = {index}.rowid "
-            "JOIN sessions s ON s.id = m.session_id "
-            f"WHERE {index} MATCH ?{filters} "
-            f"ORDER BY m.timestamp {direction}, m.id {direction} LIMIT ? OFFSET ?"
-        )
+    async def page(
+        conn: aiosqlite.Connection,
+        indexes: Sequence[_Index],
+        match: str,
+        size: int,
+        skip: int,
+    ) -> list[sqlite3.Row]:
+        sql = _page_sql(indexes, filters, scope, direction)
+        if len(indexes) == 1:
+            arm_params = [match, *params]
+        else:
+            arm_params = [match, *params, size + skip] * len(indexes)
+        return await fetch_all(conn, sql, [*arm_params, size, skip])
 
-    async def body(conn: aiosqlite.Connection) -> list[SearchHit]:
+    async def body(conn: aiosqlite.Connection, *, catch_up_first: bool) -> list[SearchHit] | None:
         if limit <= 0 or not terms:
             return []
+        watermark, top = await _index.pending(conn)
+        tail = top > watermark
+        if tail:
+            if catch_up_first:
+                return None
+            await _index.refresh_tail(conn, watermark, top)
+        word_indexes = _WORDS if tail else _WORDS[:1]
+        substring_indexes = _SUBSTRINGS if tail else _SUBSTRINGS[:1]
         rows: list[sqlite3.Row] = []
         if words is not None:
-            rows = await fetch_all(conn, sql("messages_fts", -1), [words, *params, limit, start])
-            if (
-                not rows
-                and start
-                and await fetch_all(conn, sql("messages_fts", -1), [words, *params, 1, 0])
-            ):
+            rows = await page(conn, word_indexes, words, limit, start)
+            if not rows and start and await page(conn, word_indexes, words, 1, 0):
                 return []  # past the last page of word matches: no fallback
         if not rows and substrings is not None:
-            rows = await fetch_all(
-                conn, sql("messages_fts_trigram", 0), [substrings, *params, limit, start]
-            )
-        return [await _hit(conn, row, include_inactive) for row in rows]
+            rows = await page(conn, substring_indexes, substrings, limit, start)
+        return [_hit(row) for row in rows]
 
     return body
 
 
-async def _hit(conn: aiosqlite.Connection, row: sqlite3.Row, include_inactive: bool) -> SearchHit:
+def _hit(row: sqlite3.Row) -> SearchHit:
     """The hit with its previous and next message (in search scope) as context."""
-    scope = "" if include_inactive else _SCOPE_SEARCH
-    hit = (row["session_id"], row["id"])
-    before = await fetch_one(conn, _AROUND.format("<", scope, "DESC"), hit)
-    own = await fetch_one(conn, "SELECT role, content FROM messages WHERE id = ?", (row["id"],))
-    after = await fetch_one(conn, _AROUND.format(">", scope, "ASC"), hit)
+    context = [{"role": row["role"], "content": row["own_content"]}]
+    if row["before_role"] is not None:
+        context.insert(0, {"role": row["before_role"], "content": row["before_content"]})
+    if row["after_role"] is not None:
+        context.append({"role": row["after_role"], "content": row["after_content"]})
     return SearchHit(
         id=row["id"],
         session_id=row["session_id"],
@@ -117,14 +212,8 @@ async def _hit(conn: aiosqlite.Connection, row: sqlite3.Row, include_inactive: b
         model=row["model"],
         session_started=row["started_at"],
         tool_name=row["tool_name"],
-        context=tuple(_context_entry(before) + _context_entry(own) + _context_entry(after)),
+        context=tuple(context),
     )
-
-
-def _context_entry(row: sqlite3.Row | None) -> list[dict[str, str]]:
-    if row is None:
-        return []
-    return [{"role": row["role"], "content": (row["content"] or "")[:CONTEXT_CHARS]}]
 
 
 async def search_sessions(

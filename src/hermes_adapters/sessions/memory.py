@@ -371,7 +371,9 @@ class InMemorySessionStore:
     ) -> list[SearchHit]:
         """Messages containing every query word (case-insensitive), newest first by default.
 
-        Default scope: active rows and rows archived by compaction.
+        Newest means the highest row id (the order messages were recorded), not the latest
+        caller-supplied ``timestamp``. Default scope: active rows and rows archived by
+        compaction.
         """
         self._check_open()
         return _search.search_messages(

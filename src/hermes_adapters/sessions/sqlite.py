@@ -10,16 +10,22 @@ Built around what went wrong in the reference (WIRE.md §4 items 18-19):
 - WAL (falling back to DELETE where WAL cannot work, e.g. network filesystems) with a
   ``wal_checkpoint(PASSIVE)`` every 50 writes so a busy store cannot grow its WAL forever;
 - every search term is quoted for FTS5 and any error from ``MATCH`` is raised, never
-  turned into "no results" (the agent would believe its history is empty).
+  turned into "no results" (the agent would believe its history is empty);
+- full-text indexing is deferred (``_sqlite_fts``): an append only inserts rows; they are
+  indexed in batches by a background task once writes go quiet (``_idle_indexer``), by
+  :meth:`SQLiteSessionStore.index_pending`, or by a search on a writable store, which
+  catches up before it searches, so a store always finds what it wrote. A read-only store
+  cannot index; it searches rows not indexed yet through a temporary index of its own.
 
 aiosqlite runs each call on its own thread: that thread is the one documented exception to
 "no hidden threads" (DESIGN.md §6). The store therefore needs the asyncio backend of anyio.
 Semantics match :class:`~hermes_adapters.sessions.memory.InMemorySessionStore`; both pass
 ``hermes_core.testing.SessionStoreContract``.
 
-This module owns the connection, the writer lock and the retries; each operation's SQL is
-in ``_sqlite_sessions``, ``_sqlite_messages``, ``_sqlite_compaction`` and ``_sqlite_search``,
-run in the transaction opened here; rules all stores share: ``_lineage``, ``_store_common``.
+This module owns the connection, the writer lock, the retries and the background indexer;
+each operation's SQL is in ``_sqlite_sessions``, ``_sqlite_messages``, ``_sqlite_compaction``,
+``_sqlite_search`` and ``_sqlite_fts``, run in the transaction opened here; rules all stores
+share: ``_lineage``, ``_store_common``.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import random
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from os import PathLike
 from pathlib import Path
 from types import TracebackType
@@ -38,13 +45,16 @@ import aiosqlite
 import anyio
 
 from hermes_adapters.sessions import _sqlite_compaction as _compaction
+from hermes_adapters.sessions import _sqlite_fts as _fts_index
 from hermes_adapters.sessions import _sqlite_messages as _messages
 from hermes_adapters.sessions import _sqlite_search as _search
 from hermes_adapters.sessions import _sqlite_sessions as _sessions
+from hermes_adapters.sessions._idle_indexer import IdleIndexer
 from hermes_adapters.sessions._sql_store import _SqlSessionStore
-from hermes_adapters.sessions._sqlite_rows import execute, fetch_one
+from hermes_adapters.sessions._sqlite_rows import execute, fetch_one, run
 from hermes_adapters.sessions._sqlite_schema import check_readable, migrate
 from hermes_core.errors import ReadOnlyStore, SessionStoreError, StoreClosed
+from hermes_core.ports.sessions import SearchHit
 
 __all__ = ["SQLiteSessionStore"]
 
@@ -60,6 +70,23 @@ _SQLITE_BUSY = 5
 _SQLITE_LOCKED = 6
 _FAST_RETRIES = 5
 """Attempts that wait 20-150 ms before the retry switches to 0.25-1 s waits."""
+_INDEX_CHUNK = 2_000
+"""Ids indexed per transaction (about 0.1 s of work on the development machine): the
+longest an append waits for the background indexer."""
+_INDEX_IDLE_DELAY = 0.2
+"""Seconds without a message write before the background indexer starts."""
+_INDEX_FORCE_BACKLOG = 50_000
+"""A backlog this large is indexed even while writes continue, so it stays bounded."""
+_MESSAGE_WRITES = frozenset(
+    {
+        "append_message",
+        "append_messages",
+        "replace_messages",
+        "archive_and_compact",
+        "publish_compression_child",
+    }
+)
+"""The operations that insert message rows, i.e. leave work for the indexer."""
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
@@ -83,6 +110,10 @@ class SQLiteSessionStore(_SqlSessionStore):
 
     The connection opens (and the schema is created or migrated) on first use, so building
     a store costs nothing and never touches the disk.
+
+    Appends do not update the full-text indexes; a background task indexes new messages
+    once writes have been quiet for a moment, a search indexes what is pending before it
+    runs, and :meth:`index_pending` does it on demand (see ``docs/sessions.md``).
 
     Args:
         path: the database file; its directory must exist.
@@ -126,6 +157,13 @@ class SQLiteSessionStore(_SqlSessionStore):
         self._closed = False
         self._wal = False
         self._writes = 0
+        self._indexer = IdleIndexer(
+            backlog=self._backlog,
+            index_chunk=self._index_chunk,
+            idle_delay=_INDEX_IDLE_DELAY,
+            force_backlog=_INDEX_FORCE_BACKLOG,
+            name=f"hermes-fts-indexer:{self._path.name}",
+        )
 
     @property
     def path(self) -> Path:
@@ -145,12 +183,17 @@ class SQLiteSessionStore(_SqlSessionStore):
 
     async def close(self) -> None:
         """Close the connection after any operation in flight; later calls raise
-        ``StoreClosed``. Idempotent."""
+        ``StoreClosed``. Idempotent.
+
+        Background indexing in progress is cancelled (its chunk is rolled back); rows not
+        indexed yet are indexed by the next writable store on the file.
+        """
         if self._closed:
             return
         self._closed = True
         # Shielded: a cancelled close would leave the connection (and its thread) open.
         with anyio.CancelScope(shield=True):
+            await self._indexer.aclose()
             async with self._lock:
                 conn, self._conn = self._conn, None
                 if conn is not None:
@@ -190,14 +233,17 @@ class SQLiteSessionStore(_SqlSessionStore):
             where = str(self._path)
             if self._read_only:
                 await self._attempt(conn, lambda c: check_readable(c, where), write=False)
+                backlog = 0
             else:
                 await self._set_journal_mode(conn)
-                await self._attempt(conn, lambda c: migrate(c, where), write=True)
+                backlog = await self._attempt(conn, lambda c: _migrated(c, where), write=True)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await conn.close()
             raise
         self._conn = conn
+        if backlog:  # left by a writer that closed or died before indexing it
+            self._indexer.wake()
         return conn
 
     async def _set_journal_mode(self, conn: aiosqlite.Connection) -> None:
@@ -218,9 +264,9 @@ class SQLiteSessionStore(_SqlSessionStore):
         try:
             # BEGIN inside the try: if cancelled while it is queued, it still runs on the
             # connection's thread, and the ROLLBACK queued behind it must undo it.
-            await execute(conn, "BEGIN IMMEDIATE" if write else "BEGIN")
+            await run(conn, "BEGIN IMMEDIATE" if write else "BEGIN")
             result = await body(conn)
-            await execute(conn, "COMMIT")
+            await run(conn, "COMMIT")
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._rollback(conn)
@@ -272,6 +318,8 @@ class SQLiteSessionStore(_SqlSessionStore):
                     await anyio.sleep(min(_backoff(attempt), remaining))
             if write:
                 await self._after_write(conn)
+                if operation in _MESSAGE_WRITES:
+                    self._indexer.note_write()
             return result
 
     async def _read(self, operation: str, body: _Body[_T]) -> _T:
@@ -290,3 +338,62 @@ class SQLiteSessionStore(_SqlSessionStore):
         except sqlite3.Error as exc:
             # The write itself is committed; reporting it as failed would invite a duplicate.
             _log.warning("%s: wal_checkpoint(PASSIVE) failed: %s", self._path, exc)
+
+    # -- deferred full-text indexing -----------------------------------------------------
+
+    async def index_pending(self) -> int:
+        """Index every message committed before this call that the full-text indexes do not
+        hold yet; return how many rows this call indexed (the background task may index
+        some of them meanwhile).
+
+        Appends do not index (that is what makes them fast); a background task does it
+        once writes have been quiet for a moment, and a search catches up first. A host
+        that would rather pay at a time of its choosing (after a bulk import, before
+        handing the file to read-only readers) calls this. It works in chunks, each its own
+        transaction, so appends from other tasks interleave.
+
+        Raises:
+            StoreClosed, ReadOnlyStore: the store is closed, or read-only.
+            SessionStoreError: SQLite failed, or the lock outlived the retry budget.
+        """
+        self._check_writable("index_pending")
+        return await self._index_pending("index_pending")
+
+    async def _index_pending(self, operation: str) -> int:
+        total = 0
+        until: int | None = None
+        while True:
+            step = await self._write(
+                operation, partial(_fts_index.catch_up, limit=_INDEX_CHUNK, until=until)
+            )
+            total += step.indexed
+            until = step.top if until is None else until
+            if step.watermark >= until:
+                return total
+
+    async def _run_search(self, body: _search.SearchBody) -> list[SearchHit]:
+        """Read-your-writes: a writable store indexes what is pending, then searches; a
+        read-only one searches the pending rows through its temporary tail index."""
+        if not self._read_only:
+            hits = await self._read("search_messages", lambda c: body(c, catch_up_first=True))
+            if hits is not None:
+                return hits
+            await self._index_pending("search_messages")
+        hits = await self._read("search_messages", lambda c: body(c, catch_up_first=False))
+        if hits is None:  # pragma: no cover - without catch_up_first a body always searches
+            raise SessionStoreError("search_messages: the search body did not search")
+        return hits
+
+    async def _backlog(self) -> int:
+        return await self._read("fts_backlog", _fts_index.backlog)
+
+    async def _index_chunk(self) -> int:
+        """One chunk for the background indexer; the rows (ids) still pending after it."""
+        step = await self._write("fts_index", lambda c: _fts_index.catch_up(c, limit=_INDEX_CHUNK))
+        return step.remaining
+
+
+async def _migrated(conn: aiosqlite.Connection, where: str) -> int:
+    """Create or upgrade the schema; return the full-text backlog found."""
+    await migrate(conn, where)
+    return await _fts_index.backlog(conn)

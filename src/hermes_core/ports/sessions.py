@@ -94,6 +94,8 @@ class SearchHit:
 
 
 SortOrder = Literal["newest", "oldest"]
+"""Search order by message id, the order messages were recorded: ``"newest"`` (the
+default) puts the last recorded first. A caller-supplied ``timestamp`` does not reorder."""
 
 
 @runtime_checkable
@@ -192,7 +194,16 @@ class SessionStore(Protocol):
         offset: int = 0,
         sort: SortOrder | None = None,
         include_inactive: bool = False,
-    ) -> list[SearchHit]: ...
+    ) -> list[SearchHit]:
+        """Messages matching every word of ``query``, with a ``>>>match<<<`` snippet and the
+        previous and next message as context.
+
+        Hits come in the order the messages were recorded (their id): newest first, or
+        oldest first with ``sort="oldest"``; the ``timestamp`` a caller passed to
+        ``append_message`` does not change that order. Default scope: active rows and rows
+        archived by compaction; ``include_inactive`` searches inactive rows too.
+        """
+        ...
 
     async def search_sessions(
         self, *, source: str | None = None, limit: int = 20, offset: int = 0

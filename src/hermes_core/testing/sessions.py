@@ -830,6 +830,31 @@ class SessionStoreContract:
         assert await store.search_messages("topic", limit=0) == []
 
     @pytest.mark.anyio
+    async def test_search_orders_hits_by_record_order_not_timestamp(
+        self, store: SessionStore
+    ) -> None:
+        """ "Newest" is the last recorded (highest id), whatever timestamps callers gave:
+        the order an index keeps for free, so a search can stop after one page."""
+        await store.create_session("s", "cli")
+        await store.create_session("t", "cli")
+        now = time.time()
+        ids = [
+            await store.append_message("s", _user("ordered late clock"), timestamp=now + 300),
+            await store.append_message("t", _user("ordered early clock"), timestamp=now + 100),
+            await store.append_message("s", _user("ordered middle clock"), timestamp=now + 200),
+        ]
+        newest = await store.search_messages("ordered")
+        assert [h.id for h in newest] == ids[::-1]
+        assert [h.timestamp for h in newest] == [now + 200, now + 100, now + 300]
+        assert newest == await store.search_messages("ordered", sort="newest")
+        oldest = await store.search_messages("ordered", sort="oldest")
+        assert [h.id for h in oldest] == ids
+        assert [h.id for h in await store.search_messages("ordered", limit=1, offset=1)] == [ids[1]]
+        assert [h.id for h in await store.search_messages("clock", sort="oldest", offset=2)] == [
+            ids[2]
+        ]
+
+    @pytest.mark.anyio
     async def test_search_scope_includes_compacted_rows(self, store: SessionStore) -> None:
         await store.create_session("s", "cli")
         await store.append_messages("s", [_user("original walrus"), _asst("noted")])
