@@ -349,6 +349,14 @@ def render_stores(stores: Mapping[str, Any]) -> str:
             *[_fmt(stores[n].get("append_batched_msgs_per_s")) for n in names],
         ],
         [
+            "  same, synchronous=normal (opt-in) (msg/s)",
+            *[_fmt(stores[n].get("append_batched_normal_msgs_per_s")) for n in names],
+        ],
+        [
+            "  full-text catch-up of those rows (msg/s)",
+            *[_fmt(stores[n].get("fts_catch_up_msgs_per_s")) for n in names],
+        ],
+        [
             "append, batches of 4 = one agent round (msg/s)",
             *[_fmt(stores[n].get("append_round_of_4_msgs_per_s")) for n in names],
         ],

@@ -67,6 +67,8 @@ class DatabaseConfig(_Section):
     url: str | None = None
     """``sqlite:///path`` or ``postgresql+asyncpg://...``; wins over ``backend``."""
     journal_mode: Literal["wal", "delete"] = "wal"
+    synchronous: Literal["full", "normal"] = "full"
+    """SQLite: ``normal`` trades the last commits on a power cut for append throughput."""
     postgres: PostgresPool = Field(default_factory=PostgresPool)
 
 

@@ -65,7 +65,7 @@ def _store_settings(profile: ProfileName, config: HermesConfig, home: Path) -> d
         }
     elif backend == "sqlite":
         url = url or str(home / "state.db")
-        options = {"journal_mode": database.journal_mode}
+        options = {"journal_mode": database.journal_mode, "synchronous": database.synchronous}
     return {"backend": backend, "url": url or "", "options": options}
 
 

@@ -38,6 +38,19 @@ async def test_local_profile_persists_to_hermes_home(isolated_hermes_home: Path)
     assert [m.content for m in stored] == ["remember this turn", "stored answer"]
 
 
+async def test_database_synchronous_from_config_reaches_the_store(
+    isolated_hermes_home: Path,
+) -> None:
+    (isolated_hermes_home / "config.yaml").write_text("database:\n  synchronous: normal\n")
+    async with AIAgent(chat_model=ScriptedModel([reply("ok")]), enabled_toolsets=[]) as agent:
+        await agent.run_conversation("x")
+        store = agent.core.sessions if agent.core else None
+        assert store is not None
+        conn = await store._connection()  # type: ignore[attr-defined]
+        async with conn.execute("PRAGMA synchronous") as cursor:
+            assert (await cursor.fetchone())[0] == 1  # NORMAL
+
+
 async def test_closing_the_facade_closes_what_it_opened(isolated_hermes_home: Path) -> None:
     agent = AIAgent(chat_model=ScriptedModel([reply("ok")]), enabled_toolsets=[])
     await agent.run_conversation("x")

