@@ -565,7 +565,7 @@ class Agent:
                 prepared,
                 ctx,
                 default_timeout=self.settings.tool_timeout,
-                emit=self._emit,
+                emit=self._emit if self._on_event is not None else None,
                 redact_secrets=self.settings.redact_secrets,
             )
 

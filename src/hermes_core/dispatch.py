@@ -137,7 +137,7 @@ async def run_call(
     ctx: ToolContext,
     *,
     default_timeout: float | None,
-    emit: Callable[[TurnEvent], None],
+    emit: Callable[[TurnEvent], None] | None,
     redact_secrets: bool = True,
 ) -> ToolResult:
     """Run one prepared call; every failure except cancellation becomes an error result.
@@ -149,7 +149,8 @@ async def run_call(
         return prepared.error or tool_error("Tool call could not be prepared")
     spec = prepared.tool.spec
     timeout = spec.timeout if spec.timeout is not None else default_timeout
-    emit(ToolStarted(prepared.call.id, spec.name))
+    if emit is not None:
+        emit(ToolStarted(prepared.call.id, spec.name))
     started = time.perf_counter()
     # A bare deadline scope rather than anyio.fail_after: the same semantics for a scope
     # this function owns, at a third of the cost per call (fail_after wraps the scope in
@@ -164,5 +165,7 @@ async def run_call(
         result = tool_error(f"Tool execution failed: {type(exc).__name__}: {exc}")
     content = redact(result.content) if redact_secrets else result.content
     result = ToolResult(truncate_result(content, spec.max_result_chars), result.is_error)
-    emit(ToolFinished(prepared.call.id, spec.name, time.perf_counter() - started, result.is_error))
+    if emit is not None:
+        elapsed = time.perf_counter() - started
+        emit(ToolFinished(prepared.call.id, spec.name, elapsed, result.is_error))
     return result

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from hermes_core.redact import redact
+from hermes_core.redact import redact, redact_all_patterns
 
 SECRETS = [
     ("sk-ant-api03-" + "A" * 40, "anthropic key"),
@@ -42,3 +44,35 @@ def test_assignments_bearer_urls_and_pem_blocks() -> None:
 def test_ordinary_text_and_counters_survive() -> None:
     text = "tokens=1500 max_tokens: 4096 the sk- prefix is short; see task-ant-x"
     assert redact(text) == text
+
+
+_PIECES = [
+    "sk-ant-api03-" + "A" * 20,
+    "sk-" + "b" * 20,
+    "ghp_" + "c" * 24,
+    "github_pat_" + "d" * 24,
+    "AKIA" + "E" * 16,
+    "xoxb-" + "1" * 12,
+    "AIza" + "f" * 32,
+    "gsk_" + "g" * 24,
+    "xai-" + "h" * 24,
+    "tvly-" + "i" * 20,
+    "eyJabcdefgh.ijklmnop.qrstuvwx",
+    "Bearer abcdefghijklmnop",
+    "https://user:pw@host/",
+    "API_KEY=abcdefgh",
+    "Password: 'hunter2hunter2'",
+    "-----BEGIN RSA PRIVATE KEY-----\nxyz\n-----END RSA PRIVATE KEY-----",
+    "tokens=1500",
+    "plain words",
+    " ",
+    "\n",
+    "=",
+    ":",
+]
+
+
+@given(st.lists(st.sampled_from(_PIECES) | st.text(max_size=12), max_size=8))
+def test_the_quick_pre_check_never_changes_the_result(parts: list[str]) -> None:
+    text = "".join(parts)
+    assert redact(text) == redact_all_patterns(text)
