@@ -9,7 +9,8 @@ import json
 import re
 import socket
 from collections.abc import AsyncIterator
-from contextlib import aclosing
+from contextlib import aclosing, asynccontextmanager
+from typing import Any
 
 import anyio
 import httpx
@@ -24,9 +25,24 @@ from hermes_adapters.testing.openai_chat_sim import OpenAIChatSimulator
 from hermes_core.errors import ConfigError, ModelError, ModelUnavailable
 from hermes_core.messages import UserMessage
 from hermes_core.ports.llm import ModelRequest
-from hermes_core.testing.llm import HttpError, Slow, TextReply, TruncatedStream, collect_stream
+from hermes_core.testing.llm import (
+    HttpError,
+    Scenario,
+    Slow,
+    TextReply,
+    TruncatedStream,
+    collect_stream,
+)
 
 WIRES = ["aiohttp", "httpx"]
+
+
+@pytest.fixture(params=WIRES)
+def wire(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test using it runs once per wire, selected the way users select it."""
+    name: str = request.param
+    monkeypatch.setenv("HERMES_HTTP_TRANSPORT", name)
+    return name
 
 
 def _request() -> ModelRequest:
@@ -92,9 +108,7 @@ def test_unknown_transport_is_a_config_error(monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("wire", WIRES)
-async def test_use_after_close_is_a_model_error(wire: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HERMES_HTTP_TRANSPORT", wire)
+async def test_use_after_close_is_a_model_error(wire: str) -> None:
     model = _model("http://127.0.0.1:9/v1")
     await model.aclose()
     with pytest.raises(ModelError, match="after aclose"):
@@ -112,11 +126,7 @@ def _closed_port() -> int:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("wire", WIRES)
-async def test_connection_refused_is_unavailable_after_retries(
-    wire: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("HERMES_HTTP_TRANSPORT", wire)
+async def test_connection_refused_is_unavailable_after_retries(wire: str) -> None:
     model = _model(f"http://127.0.0.1:{_closed_port()}/v1", max_retries=1)
     with pytest.raises(ModelUnavailable, match="could not reach the server") as info:
         await model.complete(_request())
@@ -124,72 +134,58 @@ async def test_connection_refused_is_unavailable_after_retries(
     await model.aclose()
 
 
-@pytest.mark.anyio
-@pytest.mark.parametrize("wire", WIRES)
-async def test_read_timeout_is_unavailable(wire: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HERMES_HTTP_TRANSPORT", wire)
+@asynccontextmanager
+async def _served(*scenarios: Scenario, **model_options: Any) -> AsyncIterator[OpenAIChatModel]:
+    """A model on the selected wire, talking to a loopback simulator playing ``scenarios``."""
     sim = OpenAIChatSimulator("openai")
-    sim.play(Slow(2.0))
+    sim.play(*scenarios)
     async with sim.serve() as base_url:
-        model = _model(base_url, max_retries=0, timeout=httpx.Timeout(0.2, connect=5.0))
+        model = _model(base_url, max_retries=0, **model_options)
+        try:
+            yield model
+        finally:
+            await model.aclose()
+
+
+@pytest.mark.anyio
+async def test_read_timeout_is_unavailable(wire: str) -> None:
+    async with _served(Slow(2.0), timeout=httpx.Timeout(0.2, connect=5.0)) as model:
         with pytest.raises(ModelUnavailable, match="timed out") as info:
             await model.complete(_request())
         assert isinstance(info.value.__cause__, httpx.TimeoutException)
-        await model.aclose()
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("wire", WIRES)
-async def test_status_errors_carry_the_same_cause(
-    wire: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("HERMES_HTTP_TRANSPORT", wire)
-    sim = OpenAIChatSimulator("openai")
-    sim.play(HttpError(418, "short and stout"))
-    async with sim.serve() as base_url:
-        model = _model(base_url, max_retries=0)
+async def test_status_errors_carry_the_same_cause(wire: str) -> None:
+    async with _served(HttpError(418, "short and stout")) as model:
         with pytest.raises(ModelError, match="HTTP 418: short and stout") as info:
             await model.complete(_request())
         cause = info.value.__cause__
         assert isinstance(cause, httpx.HTTPStatusError)
         assert cause.response.status_code == 418
-        await model.aclose()
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("wire", WIRES)
-async def test_connection_is_reused_after_an_abandoned_stream(
-    wire: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A stream closed midway must not leave its unread bytes for the next response.
-    monkeypatch.setenv("HERMES_HTTP_TRANSPORT", wire)
-    sim = OpenAIChatSimulator("openai")
-    sim.play(TruncatedStream(abort=True), TextReply("after the break"), TextReply("again"))
-    async with sim.serve() as base_url:
-        model = _model(base_url, max_retries=0)
+async def test_connection_is_reused_after_an_abandoned_stream(wire: str) -> None:
+    # A stream cut by the server must not leave its broken connection to the next call.
+    replies = (TruncatedStream(abort=True), TextReply("after the break"), TextReply("again"))
+    async with _served(*replies) as model:
         with pytest.raises(ModelError):
             await collect_stream(model, _request())
         assert (await model.complete(_request())).message.content == "after the break"
         _, streamed = await collect_stream(model, _request())
         assert streamed.message.content == "again"
-        await model.aclose()
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("wire", WIRES)
-async def test_a_stream_left_midway_does_not_poison_the_next_call(
-    wire: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("HERMES_HTTP_TRANSPORT", wire)
-    sim = OpenAIChatSimulator("openai")
-    sim.play(Slow(0.5, TextReply("first part, then a pause, then the rest")), TextReply("next"))
-    async with sim.serve() as base_url:
-        model = _model(base_url, max_retries=0)
+async def test_a_stream_left_midway_does_not_poison_the_next_call(wire: str) -> None:
+    # A stream the client hangs up on must not leave unread bytes for the next response.
+    paused = Slow(0.5, TextReply("first part, then a pause, then the rest"))
+    async with _served(paused, TextReply("next")) as model:
         async with aclosing(model.stream(_request())) as events:
             async for _ in events:
-                break  # hang up with bytes still due
+                break
         assert (await model.complete(_request())).message.content == "next"
-        await model.aclose()
 
 
 # -- event-stream lines -------------------------------------------------------------------
@@ -275,11 +271,9 @@ class _CountingServer:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("wire", WIRES)
 async def test_connection_limit_bounds_requests_in_flight(
     wire: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("HERMES_HTTP_TRANSPORT", wire)
     counting = _CountingServer()
     server = await asyncio.start_server(counting.handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
