@@ -197,6 +197,19 @@ async def test_raising_handler_and_timeout_become_error_results() -> None:
     assert result["final_response"] == "recovered"
 
 
+async def test_a_tools_own_timeout_error_is_a_failure_not_our_timeout() -> None:
+    # A tool whose HTTP client timed out raised TimeoutError; it must not be reported
+    # as the harness's deadline, which it did not reach.
+    async def flaky(args: dict[str, Any], ctx: Any) -> str:
+        raise TimeoutError("upstream read timed out")
+
+    tools = [FunctionTool(ToolSpec(name="flaky", description="times out", timeout=60), flaky)]
+    model = ScriptedModel([tool_calls(call("flaky", id="c1")), reply("done")])
+    result = await Agent(model, tools).run_conversation("x")
+    error = json.loads(result["messages"][2]["content"])["error"]
+    assert error == "Tool execution failed: TimeoutError: upstream read timed out"
+
+
 async def test_results_over_the_tool_limit_are_truncated_with_marker() -> None:
     async def big(args: dict[str, Any], ctx: Any) -> str:
         return "H" * 500 + "T" * 500
