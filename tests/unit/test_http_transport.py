@@ -4,6 +4,7 @@ httpx client always honoured; failures look the same whichever wire carried them
 from __future__ import annotations
 
 import asyncio
+import gzip
 import itertools
 import json
 import re
@@ -22,7 +23,7 @@ from hermes_adapters.llm._http import Endpoint, default_transport, max_connectio
 from hermes_adapters.llm._wire import sse_lines
 from hermes_adapters.llm.openai_chat import OpenAIChatModel
 from hermes_adapters.testing.openai_chat_sim import OpenAIChatSimulator
-from hermes_core.errors import ConfigError, ModelError, ModelUnavailable
+from hermes_core.errors import ConfigError, ContextTooLong, ModelError, ModelUnavailable
 from hermes_core.messages import UserMessage
 from hermes_core.ports.llm import ModelRequest
 from hermes_core.testing.llm import (
@@ -49,10 +50,9 @@ def _request() -> ModelRequest:
     return ModelRequest(messages=(UserMessage(content="hi"),))
 
 
-def _model(base_url: str, **kw: object) -> OpenAIChatModel:
-    return OpenAIChatModel(
-        "gpt-sim", base_url=base_url, api_key="sk-test", backoff=(0.001, 0.002), **kw
-    )
+def _model(base_url: str, **kw: Any) -> OpenAIChatModel:
+    options: dict[str, Any] = {"api_key": "sk-test", "backoff": (0.001, 0.002), **kw}
+    return OpenAIChatModel("gpt-sim", base_url=base_url, **options)
 
 
 # -- which wire ---------------------------------------------------------------------------
@@ -191,9 +191,9 @@ async def test_a_stream_left_midway_does_not_poison_the_next_call(wire: str) -> 
 # -- event-stream lines -------------------------------------------------------------------
 
 
-async def _chunks(parts: list[str]) -> AsyncIterator[str]:
+async def _chunks(parts: list[str]) -> AsyncIterator[bytes]:
     for part in parts:
-        yield part
+        yield part.encode()
 
 
 async def _lines(parts: list[str]) -> list[str]:
@@ -219,13 +219,24 @@ def _reference(text: str) -> list[str]:
 
 
 @given(
-    text=st.text(alphabet=st.sampled_from(["a", "é", "\r", "\n", "\u2028", " "]), max_size=40),
-    cuts=st.lists(st.integers(min_value=0, max_value=40), max_size=6),
+    text=st.text(
+        alphabet=st.sampled_from(["a", "é", "中", "\r", "\n", "\u2028", " "]), max_size=40
+    ),
+    cuts=st.lists(st.integers(min_value=0, max_value=120), max_size=6),
 )
 def test_lines_do_not_depend_on_chunking(text: str, cuts: list[int]) -> None:
-    bounds = sorted({min(c, len(text)) for c in cuts} | {0, len(text)})
-    parts = [text[a:b] for a, b in itertools.pairwise(bounds)]
-    assert anyio.run(_lines, parts) == _reference(text)
+    # Cut the UTF-8 bytes anywhere, inside a character or between CR and LF included.
+    data = text.encode()
+    bounds = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for a, b in itertools.pairwise(bounds):
+            yield data[a:b]
+
+    async def lines() -> list[str]:
+        return [line async for line in sse_lines(chunks())]
+
+    assert anyio.run(lines) == _reference(text)
 
 
 class _CountingServer:
@@ -296,3 +307,106 @@ def test_a_bad_connection_limit_is_a_config_error(
     monkeypatch.setenv("HERMES_HTTP_MAX_CONNECTIONS", raw)
     with pytest.raises(ConfigError, match="HERMES_HTTP_MAX_CONNECTIONS"):
         max_connections()
+
+
+# -- what goes on the wire, and odd answers -----------------------------------------------
+
+
+class _RecordingServer:
+    """Answers every request with one canned response and records each request's head."""
+
+    def __init__(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        self.heads: list[str] = []
+        self._answer = (
+            f"HTTP/1.1 {status} X\r\n".encode()
+            + b"".join(f"{k}: {v}\r\n".encode() for k, v in headers)
+            + f"content-length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                self.heads.append(head.decode("latin-1"))
+                found = re.search(rb"content-length: *(\d+)", head, re.I)
+                await reader.readexactly(int(found.group(1)) if found else 0)
+                writer.write(self._answer)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    @asynccontextmanager
+    async def serve(self) -> AsyncIterator[str]:
+        server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
+        async with server:
+            yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+_COMPLETION = json.dumps(
+    {
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+        ]
+    }
+).encode()
+
+
+@pytest.mark.anyio
+async def test_a_compressed_error_body_still_maps_to_a_hermes_error(wire: str) -> None:
+    body = json.dumps({"error": {"message": "maximum context length exceeded"}}).encode()
+    server = _RecordingServer(
+        400,
+        [("content-type", "application/json"), ("content-encoding", "gzip")],
+        gzip.compress(body),
+    )
+    async with server.serve() as base_url:
+        model = _model(f"{base_url}/v1", max_retries=0)
+        with pytest.raises(ContextTooLong) as info:
+            await model.complete(_request())
+        assert isinstance(info.value.__cause__, httpx.HTTPStatusError)
+        assert "maximum context length" in info.value.__cause__.response.text
+        await model.aclose()
+
+
+@pytest.mark.anyio
+async def test_environment_proxy_and_one_user_agent_on_every_wire(
+    wire: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = _RecordingServer(200, [("content-type", "application/json")], _COMPLETION)
+    async with proxy.serve() as proxy_url:
+        for name in ("NO_PROXY", "no_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", proxy_url)
+        monkeypatch.setenv("http_proxy", proxy_url)
+        model = _model("http://llm.upstream.invalid/v1")
+        assert (await model.complete(_request())).message.content == "ok"
+        await model.aclose()
+    [head] = proxy.heads
+    # An HTTP proxy gets the absolute URL in the request line.
+    assert head.startswith("POST http://llm.upstream.invalid/v1/chat/completions HTTP/1.1")
+    assert re.search(r"(?im)^user-agent: hermes-harness/", head)
+
+
+@pytest.mark.anyio
+async def test_a_header_that_cannot_be_sent_is_a_model_error(wire: str) -> None:
+    model = _model("http://127.0.0.1:9/v1", api_key="sk-pasted\r\nX-Injected: 1")
+    with pytest.raises(ModelError):
+        await model.complete(_request())
+    await model.aclose()
+
+
+@pytest.mark.anyio
+async def test_an_event_stream_is_utf8_whatever_charset_it_claims(wire: str) -> None:
+    events = (
+        b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":"caf\xc3\xa9"}}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+        b"data: [DONE]\n\n"
+    )
+    server = _RecordingServer(200, [("content-type", "text/event-stream; charset=utf8mb4")], events)
+    async with server.serve() as base_url:
+        model = _model(f"{base_url}/v1", max_retries=0)
+        _, response = await collect_stream(model, _request())
+        assert response.message.content == "café"
+        await model.aclose()

@@ -222,8 +222,8 @@ class _HttpChatModel(ABC):
         async with self._endpoint.stream(self._path, content, self._policy) as response:
             try:
                 async with (
-                    aclosing(cast(AsyncGenerator[str, None], response.aiter_text())) as text,
-                    aclosing(cast(AsyncGenerator[str, None], sse_lines(text))) as lines,
+                    aclosing(cast(AsyncGenerator[bytes, None], response.aiter_bytes())) as raw,
+                    aclosing(cast(AsyncGenerator[str, None], sse_lines(raw))) as lines,
                     aclosing(iter_sse(lines)) as events,
                 ):
                     try:

@@ -3,9 +3,10 @@
 Every wire-format adapter (Chat Completions, Anthropic Messages, Responses) talks HTTP the
 same way, so the parts that are easy to get subtly wrong live here once:
 
-* :class:`Endpoint` owns the base URL, the credential and ONE ``httpx.AsyncClient``
-  (created lazily, or injected and then borrowed). It refuses to attach the key to any
-  host but the configured one and never follows redirects, so a key cannot leak.
+* :class:`Endpoint` owns the base URL, the credential and ONE wire (``_wire``: aiohttp or
+  httpx, opened lazily, or an injected ``httpx.AsyncClient`` that stays borrowed). It
+  refuses to attach the key to any host but the configured one and never follows
+  redirects, so a key cannot leak.
 * :class:`RetryPolicy` is the policy of the official Stainless SDKs (WIRE.md §2.4), with
   two deliberate differences: 400/401/403/404/422 and context overflow are never retried
   even if ``x-should-retry: true`` says so (retrying cannot change the answer), and a 429
@@ -29,6 +30,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from importlib.metadata import version as _version
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -71,6 +73,10 @@ __all__ = [
 
 DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 """Generous read timeout: a reasoning model can think for minutes before its first byte."""
+
+USER_AGENT = f"hermes-harness/{_version('hermes-harness')}"
+"""The same on every wire (httpx and aiohttp would each send their own)."""
+_BODY_FRAMING = frozenset({"content-encoding", "content-length", "transfer-encoding"})
 
 NEVER_RETRY = frozenset({400, 401, 403, 404, 422})
 RETRY_STATUSES = frozenset({408, 409, 429})
@@ -395,7 +401,12 @@ class Endpoint:
                     max_connections=limit,
                 )
             else:
-                wire = HttpxWire.owned(self._timeout, _ssl_context(), max_connections=limit)
+                wire = HttpxWire.owned(
+                    self._timeout,
+                    _ssl_context(),
+                    proxy=env_proxy(self.base_url),
+                    max_connections=limit,
+                )
             self._wire_ = wire
         return wire
 
@@ -407,6 +418,8 @@ class Endpoint:
             headers = {
                 "content-type": "application/json",
                 "accept": "text/event-stream" if stream else "application/json",
+                "accept-encoding": "gzip, deflate",
+                "user-agent": USER_AGENT,
                 **self._headers,
             }
             if self._api_key:
@@ -439,10 +452,13 @@ class Endpoint:
                 await anyio.sleep(policy.delay(retry, response_headers))
                 retry += 1
                 continue
+            # The body is already decoded: the cause's response must not claim an
+            # encoding, or httpx would try to decompress it again.
+            plain = {k: v for k, v in response_headers.items() if k.lower() not in _BODY_FRAMING}
             cause = httpx.HTTPStatusError(
                 f"HTTP {status}",
                 request=httpx.Request("POST", url),
-                response=httpx.Response(status, headers=response_headers, text=body),
+                response=httpx.Response(status, headers=plain, text=body),
             )
             error = error_from_status(status, response_headers, body, provider=self.provider)
             raise error from cause

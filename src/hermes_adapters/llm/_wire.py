@@ -58,7 +58,7 @@ class WireResponse(Protocol):
 
     async def aread(self) -> bytes: ...
 
-    def aiter_text(self) -> AsyncIterator[str]: ...
+    def aiter_bytes(self) -> AsyncIterator[bytes]: ...
 
     async def aclose(self) -> None: ...
 
@@ -77,32 +77,39 @@ class Wire(ABC):
         """Release connections the wire owns; a borrowed client is left to its owner."""
 
 
-async def sse_lines(text: AsyncIterable[str]) -> AsyncIterator[str]:
-    """Lines of an event stream, split only at CRLF, CR or LF (a CR at the end of one chunk
-    may be the first half of a CRLF, so it waits for the next chunk)."""
-    pending = ""
-    async for chunk in text:
+async def sse_lines(chunks: AsyncIterable[bytes]) -> AsyncIterator[str]:
+    """Lines of an event stream: decoded as UTF-8 (what the SSE specification prescribes,
+    whatever charset the response claims), split only at CRLF, CR or LF.
+
+    Linear in the stream: each chunk is scanned once, and a line spread over many chunks
+    is joined once, when it ends. A CR ending one chunk may be the first half of a CRLF,
+    so an LF opening the next chunk is dropped.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    partial: list[str] = []  # the pieces of a line not ended yet
+    after_cr = False
+    async for raw in chunks:
+        chunk = decoder.decode(raw)
         if not chunk:
             continue
-        pending += chunk
-        start = 0
-        end = len(pending)
-        while True:
-            cr = pending.find("\r", start)
-            lf = pending.find("\n", start)
-            if cr < 0 and lf < 0:
-                break
-            if lf >= 0 and (cr < 0 or lf < cr):
-                yield pending[start:lf]
-                start = lf + 1
-            elif cr + 1 < end:
-                yield pending[start:cr]
-                start = cr + 2 if pending[cr + 1] == "\n" else cr + 1
-            else:
-                break  # a CR ending the chunk: wait to see whether LF follows
-        pending = pending[start:]
-    if pending:
-        yield pending[:-1] if pending.endswith("\r") else pending
+        if after_cr and chunk[0] == "\n":
+            chunk = chunk[1:]
+            after_cr = False
+            if not chunk:
+                continue
+        after_cr = chunk[-1] == "\r"
+        lines = chunk.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        partial.append(lines[0])
+        if len(lines) == 1:
+            continue
+        yield "".join(partial)
+        for line in lines[1:-1]:
+            yield line
+        partial = [lines[-1]]
+    partial.append(decoder.decode(b"", final=True))
+    last = "".join(partial)
+    if last:
+        yield last
 
 
 # -- httpx ------------------------------------------------------------------------------
@@ -125,13 +132,18 @@ class HttpxWire(Wire):
 
     @classmethod
     def owned(
-        cls, timeout: httpx.Timeout, ssl_context: ssl.SSLContext, *, max_connections: int = 100
+        cls,
+        timeout: httpx.Timeout,
+        ssl_context: ssl.SSLContext,
+        *,
+        proxy: str | None = None,
+        max_connections: int = 100,
     ) -> HttpxWire:
         """A wire over a client of its own on httpx's connection pool. httpx keeps at most
         20 idle connections; keeping more (measured at 50 in flight) halves its throughput,
         since its pool does work quadratic in open connections."""
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=20)
-        transport = httpx.AsyncHTTPTransport(verify=ssl_context, limits=limits)
+        transport = httpx.AsyncHTTPTransport(verify=ssl_context, limits=limits, proxy=proxy)
         client = httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=False)
         return cls(client, owned_transport=transport, timeout=timeout)
 
@@ -167,9 +179,10 @@ class HttpxWire(Wire):
 
 
 def aiohttp_timeout(timeout: httpx.Timeout) -> aiohttp.ClientTimeout:
-    """httpx's timeouts in aiohttp's terms: ``pool`` bounds waiting for a connection,
-    ``connect`` the TCP/TLS set-up, ``read`` each wait for bytes; no total, since a long
-    stream is fine as long as it keeps moving."""
+    """httpx's timeouts in aiohttp's terms: ``read`` bounds each wait for bytes, ``connect``
+    the TCP/TLS set-up, and ``pool`` everything before it, the wait for a free connection
+    and the DNS lookup included (aiohttp has no separate bound for either). No total: a
+    long stream is fine as long as it keeps moving. aiohttp has no write timeout."""
     return aiohttp.ClientTimeout(
         total=None, connect=timeout.pool, sock_connect=timeout.connect, sock_read=timeout.read
     )
@@ -192,6 +205,8 @@ def _httpx_error(exc: Exception) -> httpx.TransportError:
         return httpx.ReadError(text)
     if isinstance(exc, aiohttp.InvalidURL):
         return httpx.UnsupportedProtocol(text)
+    if isinstance(exc, ValueError):  # e.g. a header value with a line break in it
+        return httpx.LocalProtocolError(text)
     return httpx.TransportError(text)
 
 
@@ -219,16 +234,12 @@ class _AiohttpResponse:
                 self._response.release()
         return self._body
 
-    async def aiter_text(self) -> AsyncIterator[str]:
-        decoder = codecs.getincrementaldecoder(self._response.charset or "utf-8")("replace")
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
         try:
             async for chunk in self._response.content.iter_any():
-                yield decoder.decode(chunk)
+                yield chunk
         except _FAILURES as exc:
             raise _httpx_error(exc) from exc
-        tail = decoder.decode(b"", final=True)
-        if tail:
-            yield tail
 
     async def aclose(self) -> None:
         # Read to the end: the connection goes back to the pool. Not read to the end (a
@@ -290,7 +301,7 @@ class AiohttpWire(Wire):
             response = await self._open().post(
                 str(url), data=content, headers=headers, allow_redirects=False, proxy=self._proxy
             )
-        except _FAILURES as exc:
+        except (*_FAILURES, ValueError) as exc:
             raise _httpx_error(exc) from exc
         if stream:
             return _AiohttpResponse(response, None)
