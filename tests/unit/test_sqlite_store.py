@@ -8,6 +8,7 @@ The shared behaviour is proven by the contract suite; these tests look at the fi
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import subprocess
 import sys
@@ -313,6 +314,45 @@ async def check_integrity_v1(db: aiosqlite.Connection) -> None:
         await db.execute(f"INSERT INTO {index}({index}, rank) VALUES ('integrity-check', 1)")
 
 
+@pytest.mark.usefixtures("no_background_indexing")
+async def test_a_read_only_store_reads_a_version_1_file_without_changing_it(
+    db_path: Path,
+) -> None:
+    """Right after an upgrade, ``hermes sessions list/search`` (read-only) still work."""
+    async with SQLiteSessionStore(db_path) as store:
+        await store.create_session("old", "cli")
+    async with raw(db_path) as db:
+        await db.executescript(_V1_TRIGGERS)
+        await db.executescript(
+            """
+            INSERT INTO messages (session_id, role, content, timestamp)
+                VALUES ('old', 'user', 'walruses indexed by the old trigger', 1.0);
+            INSERT INTO messages (session_id, role, content, tool_name, tool_call_id, timestamp)
+                VALUES ('old', 'tool', 'narwhal output', 'grep', 'c1', 2.0);
+            INSERT INTO messages (session_id, role, content, timestamp)
+                VALUES ('old', 'assistant', 'walruses again', 3.0);
+            """
+        )
+    before = await anyio.Path(db_path).read_bytes()
+    async with SQLiteSessionStore(db_path, read_only=True) as reader:
+        assert [h.id for h in await reader.search_messages("walruses")] == [3, 1]
+        assert [h.id for h in await reader.search_messages("alrus", sort="oldest")] == [1, 3]
+        assert [h.role for h in await reader.search_messages("narwhal")] == ["tool"]
+        assert [m.content for m in await reader.get_conversation("old")] == [
+            "walruses indexed by the old trigger",
+            "narwhal output",
+            "walruses again",
+        ]
+        assert [s.id for s in await reader.search_sessions()] == ["old"]
+    assert await anyio.Path(db_path).read_bytes() == before
+    async with raw(db_path) as db:
+        assert await scalar(db, "SELECT version FROM schema_version") == 1
+        assert (
+            await scalar(db, "SELECT COUNT(*) FROM state_meta WHERE key = ?", (FTS_WATERMARK,)) == 0
+        )
+        await check_integrity_v1(db)
+
+
 async def test_a_newer_schema_is_refused(db_path: Path) -> None:
     async with SQLiteSessionStore(db_path) as store:
         await store.create_session("s", "cli")
@@ -321,6 +361,9 @@ async def test_a_newer_schema_is_refused(db_path: Path) -> None:
     async with SQLiteSessionStore(db_path) as store:
         with pytest.raises(SessionStoreError, match="newer"):
             await store.get_session("s")
+    async with SQLiteSessionStore(db_path, read_only=True) as reader:
+        with pytest.raises(SessionStoreError, match="newer"):
+            await reader.get_session("s")
 
 
 async def test_read_only_needs_an_existing_current_database(db_path: Path) -> None:
@@ -604,6 +647,38 @@ async def test_close_during_background_indexing_leaves_no_task_and_a_sound_index
         assert len(await again.search_messages("row", limit=10_000)) == len(ids)
 
 
+@pytest.mark.usefixtures("no_background_indexing")
+async def test_a_store_closes_after_the_loop_of_its_indexer_was_closed(db_path: Path) -> None:
+    """A loop closed without cancelling its tasks strands the indexer's task on it; closing
+    the store from another loop forgets that task instead of failing on the dead loop.
+
+    (``asyncio.run`` cancels every task before it closes its loop, so it cannot strand one:
+    the first loop is run by hand, in a worker thread, and closed as it is.)
+    """
+    store = SQLiteSessionStore(db_path)
+
+    async def append() -> None:
+        await store.create_session("s", "cli")
+        await store.append_message("s", user("written on the first loop"))
+        assert store._indexer.running  # waiting for a quiet period that never comes
+
+    def on_a_loop_closed_without_cancelling() -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(append())
+        finally:
+            loop.close()
+
+    await anyio.to_thread.run_sync(on_a_loop_closed_without_cancelling)
+    await store.close()
+    assert store._conn is None and not store._indexer.running
+    # The forgotten task is still pending on its dead loop; asyncio logs "Task was destroyed
+    # but it is pending!" when it is collected: let that happen here, not in a later test.
+    gc.collect()
+    async with SQLiteSessionStore(db_path) as again:
+        assert [h.session_id for h in await again.search_messages("first loop")] == ["s"]
+
+
 async def test_two_writers_on_one_file_append_and_search(db_path: Path) -> None:
     async with SQLiteSessionStore(db_path) as first:
         await first.create_session("a", "cli")
@@ -692,6 +767,37 @@ async def test_a_held_write_lock_fails_the_write_after_the_budget(db_path: Path)
             await blocker.execute("ROLLBACK")
         await store.append_message("s", user("after"))
         assert [m.content for m in await store.get_conversation("s")] == ["before", "after"]
+
+
+@pytest.mark.usefixtures("no_background_indexing")
+async def test_a_search_with_pending_rows_does_not_wait_for_another_writer(db_path: Path) -> None:
+    """With rows pending, a writable store's search would catch up first, which needs the
+    write lock; while another connection holds it, the search reads instead (snapshot and
+    temporary index of the pending rows) rather than waiting out the retry budget."""
+    async with SQLiteSessionStore(db_path) as store:  # the default, 20 s, budget
+        await store.create_session("s", "cli")
+        old = await store.append_message("s", user("lock test indexed"))
+        await store.index_pending()
+        pending = await store.append_messages(
+            "s", [user(f"lock test pending {i}") for i in range(3)]
+        )
+        async with raw(db_path) as blocker:
+            await blocker.execute("BEGIN IMMEDIATE")  # a bulk job, a compaction, a catch-up...
+            with anyio.fail_after(15):  # only so a regression cannot hang the suite
+                hits = await store.search_messages("lock test")
+                assert [h.id for h in hits] == [*reversed(pending), old]
+                [hit] = await store.search_messages("pending 1")
+                assert hit.id == pending[1] and ">>>pending<<<" in hit.snippet
+                assert [
+                    h.id for h in await store.search_messages("ending", sort="oldest")
+                ] == pending
+            assert blocker.in_transaction  # every search above returned while it was held
+            assert await watermark(blocker) == old  # so none of them could catch up
+            await blocker.execute("ROLLBACK")
+        assert len(await store.search_messages("lock test")) == 4
+        async with raw(db_path) as db:
+            assert await watermark(db) == pending[-1]  # the lock is free: caught up
+            await check_integrity(db)
 
 
 async def test_a_briefly_held_lock_is_waited_out(db_path: Path) -> None:

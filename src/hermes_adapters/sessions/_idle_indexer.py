@@ -16,6 +16,12 @@ closes through an idempotent ``close()``, not only as an async context manager).
 needs the asyncio backend anyway (aiosqlite). ``aclose()`` cancels the task and waits for
 it; a chunk cancelled mid-transaction is rolled back by the store, so the index stays
 consistent.
+
+A task belongs to the loop that created it. A host that closes a loop without cancelling its
+tasks (``asyncio.run`` does cancel them) and then uses or closes the store on another loop
+would find the old task pending forever on a dead loop, where cancelling it raises
+``RuntimeError('Event loop is closed')``. Such a task is forgotten instead (see
+:meth:`IdleIndexer._task_here`).
 """
 
 from __future__ import annotations
@@ -76,18 +82,33 @@ class IdleIndexer:
 
     def wake(self) -> None:
         """Start the task unless it runs (or the indexer was closed)."""
-        if self._task is None and not self._closed:
+        if self._task_here() is None and not self._closed:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
 
     async def aclose(self) -> None:
         """Cancel the task and wait until it has finished; idempotent."""
         self._closed = True
-        task = self._task
+        task = self._task_here()
         if task is not None:
             task.cancel()
             await asyncio.wait({task})
 
+    def _task_here(self) -> asyncio.Task[None] | None:
+        """The task, if it runs on the running loop; one on another loop is forgotten.
+
+        Such a task cannot be cancelled or awaited from here: its loop may be closed (then
+        ``cancel()`` raises), or run in another thread. Forgetting it is safe: a task on a
+        closed loop never runs again, and one whose loop runs again indexes a chunk at most
+        (each is a whole transaction) and stops at its next step once the store is closed.
+        """
+        task = self._task
+        if task is not None and task.get_loop() is not asyncio.get_running_loop():
+            self._task = None
+            return None
+        return task
+
     async def _run(self) -> None:
+        me = asyncio.current_task()
         try:
             await self._index_until_done()
         except StoreClosed:
@@ -100,8 +121,11 @@ class IdleIndexer:
             _log.exception("%s: background full-text indexing failed", self._name)
         finally:
             # No await between the last check in _index_until_done and this line, so a
-            # write noted after it finds no task and starts a new one.
-            self._task = None
+            # write noted after it finds no task and starts a new one. Only if this task is
+            # still the current one: a forgotten task (``_task_here``) must not clear its
+            # successor when it is finally closed.
+            if self._task is me:
+                self._task = None
 
     async def _index_until_done(self) -> None:
         remaining = 0

@@ -36,8 +36,10 @@ import aiosqlite
 from hermes_adapters.sessions._sqlite_rows import execute, fetch_one
 from hermes_adapters.sessions._sqlite_schema import (
     FTS_WATERMARK,
+    TRIGGER_INDEXED_VERSION,
     TRIGRAM_TOKENIZER,
     WORD_TOKENIZER,
+    read_schema_version,
 )
 from hermes_core.errors import SessionStoreError
 
@@ -108,17 +110,25 @@ class CatchUp:
 async def pending(conn: aiosqlite.Connection) -> tuple[int, int]:
     """(watermark, highest message id): rows in between are not indexed yet.
 
+    A version-1 file (only a read-only store sees one: a writable store migrates it) has no
+    watermark, and needs none: its insert triggers indexed every row, so nothing is pending.
+    Checked per call, in the caller's transaction, because a writer may migrate the file
+    while a reader has it open.
+
     Raises:
         SessionStoreError: the watermark is missing, so nobody can tell what is indexed.
     """
     row = await fetch_one(conn, _PENDING)
-    if row is None or row[1] is None:
-        raise SessionStoreError(
-            f"state_meta has no {FTS_WATERMARK!r} row, so the full-text indexes cannot be "
-            "kept in step; rebuild them (INSERT INTO messages_fts(messages_fts) VALUES "
-            "('rebuild'), the same for messages_fts_trigram) and set it to MAX(id)"
-        )
-    return int(row[1]), int(row[0])
+    top = int(row[0]) if row is not None else 0
+    if row is not None and row[1] is not None:
+        return int(row[1]), top
+    if await read_schema_version(conn) == TRIGGER_INDEXED_VERSION:
+        return top, top
+    raise SessionStoreError(
+        f"state_meta has no {FTS_WATERMARK!r} row, so the full-text indexes cannot be "
+        "kept in step; rebuild them (INSERT INTO messages_fts(messages_fts) VALUES "
+        "('rebuild'), the same for messages_fts_trigram) and set it to MAX(id)"
+    )
 
 
 async def backlog(conn: aiosqlite.Connection) -> int:

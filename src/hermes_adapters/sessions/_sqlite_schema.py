@@ -47,6 +47,7 @@ __all__ = [
     "INSERT_ROWS_MAX",
     "MESSAGE_COLUMNS",
     "SCHEMA_VERSION",
+    "TRIGGER_INDEXED_VERSION",
     "TRIGRAM_TOKENIZER",
     "WORD_TOKENIZER",
     "EncodedMessage",
@@ -64,6 +65,10 @@ SCHEMA_VERSION = 2
 1: the reference layout plus ``message_json``/``origin_id``, FTS5 maintained by triggers.
 2: deferred full-text indexing (no insert triggers; the ``fts_indexed_through`` watermark).
 """
+
+TRIGGER_INDEXED_VERSION = 1
+"""The last version whose insert triggers indexed every row: a file at this version has no
+watermark, and nothing pending. A read-only store (which may not migrate) reads it so."""
 
 FTS_WATERMARK = "fts_indexed_through"
 """The ``state_meta`` key of the full-text watermark: every message whose id is at or below
@@ -265,18 +270,23 @@ async def read_schema_version(conn: aiosqlite.Connection) -> int:
 async def check_readable(conn: aiosqlite.Connection, path: str) -> None:
     """Refuse a database a read-only store cannot query (it may not migrate it).
 
+    Version 1 is read as it is: it has every table and column of version 2, and its insert
+    triggers indexed every row (``_sqlite_fts.pending`` reads its watermark as ``MAX(id)``),
+    so ``hermes sessions list/search`` work right after an upgrade, before any writable
+    store has migrated the file.
+
     Raises:
-        SessionStoreError: no Hermes schema, or one older than this version.
+        SessionStoreError: no Hermes schema, or one newer than this version.
     """
     version = await read_schema_version(conn)
     if version == 0:
         raise SessionStoreError(
             f"{path} holds no Hermes session schema; open it once without read_only to create it"
         )
-    if version < SCHEMA_VERSION:
+    if version > SCHEMA_VERSION:
         raise SessionStoreError(
-            f"{path} has session schema version {version}, older than {SCHEMA_VERSION}; "
-            "open it once without read_only to migrate it"
+            f"{path} has session schema version {version}, newer than this Hermes "
+            f"({SCHEMA_VERSION}); upgrade Hermes to open it"
         )
 
 
@@ -312,7 +322,7 @@ async def migrate(conn: aiosqlite.Connection, path: str) -> None:
         if table_name not in before:
             # A new index over old rows starts empty: fill it from the content table.
             await conn.execute(f"INSERT INTO {table_name}({table_name}) VALUES ('rebuild')")
-    if found < 2:
+    if found <= TRIGGER_INDEXED_VERSION:
         # Before version 2 every row was indexed as it was inserted (or by the rebuild just
         # above), so the watermark starts at the newest row.
         await conn.execute(

@@ -15,7 +15,9 @@ Built around what went wrong in the reference (WIRE.md §4 items 18-19):
   indexed in batches by a background task once writes go quiet (``_idle_indexer``), by
   :meth:`SQLiteSessionStore.index_pending`, or by a search on a writable store, which
   catches up before it searches, so a store always finds what it wrote. A read-only store
-  cannot index; it searches rows not indexed yet through a temporary index of its own.
+  cannot index; it searches rows not indexed yet through a temporary index of its own, and
+  so does a writable store whose catch-up finds another connection holding the write lock
+  (a search must not wait for someone else's write: in WAL mode it is a plain read).
 
 aiosqlite runs each call on its own thread: that thread is the one documented exception to
 "no hidden threads" (DESIGN.md §6). The store therefore needs the asyncio backend of anyio.
@@ -30,6 +32,7 @@ share: ``_lineage``, ``_store_common``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import sqlite3
@@ -78,6 +81,9 @@ _INDEX_IDLE_DELAY = 0.2
 """Seconds without a message write before the background indexer starts."""
 _INDEX_FORCE_BACKLOG = 50_000
 """A backlog this large is indexed even while writes continue, so it stays bounded."""
+_SEARCH_CATCH_UP_WAIT_MS = 100
+"""The longest a search's catch-up waits for another connection's write lock (one attempt)
+before the search reads the pending rows through its temporary index instead."""
 _MESSAGE_WRITES = frozenset(
     {
         "append_message",
@@ -97,6 +103,11 @@ def _is_busy(exc: sqlite3.Error) -> bool:
         return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
     text = str(exc).lower()
     return "locked" in text or "busy" in text
+
+
+class _Locked(Exception):
+    """An impatient transaction (``_run(..., patient=False)``) found the database locked by
+    another connection; internal, never leaves the store."""
 
 
 def _backoff(attempt: int) -> float:
@@ -284,6 +295,20 @@ class SQLiteSessionStore(_SqlSessionStore):
             raise
         return result
 
+    async def _attempt_briefly(
+        self, conn: aiosqlite.Connection, body: _Body[_T], *, write: bool
+    ) -> _T:
+        """:meth:`_attempt` with SQLite's own lock wait cut to ``_SEARCH_CATCH_UP_WAIT_MS``
+        (the connection's ``busy_timeout`` alone would make one attempt wait 1 s)."""
+        brief = min(self._busy_timeout_ms, _SEARCH_CATCH_UP_WAIT_MS)
+        await execute(conn, f"PRAGMA busy_timeout = {brief}")
+        try:
+            return await self._attempt(conn, body, write=write)
+        finally:
+            if self._conn is conn:  # not dropped by a failed rollback
+                with anyio.CancelScope(shield=True):
+                    await execute(conn, f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+
     async def _rollback(self, conn: aiosqlite.Connection) -> None:
         try:
             await execute(conn, "ROLLBACK")
@@ -295,12 +320,19 @@ class SQLiteSessionStore(_SqlSessionStore):
                 self._conn = None
                 await conn.close()
 
-    async def _run(self, operation: str, body: _Body[_T], *, write: bool) -> _T:
+    async def _run(
+        self, operation: str, body: _Body[_T], *, write: bool, patient: bool = True
+    ) -> _T:
         """Run ``body`` in a transaction, retrying while the database is locked.
+
+        ``patient=False`` is for work that can be skipped (a search's catch-up): one attempt
+        that waits at most ``_SEARCH_CATCH_UP_WAIT_MS`` for another connection's lock, then
+        raises ``_Locked`` instead of retrying for the whole budget.
 
         Raises:
             StoreClosed, ReadOnlyStore: the store is closed, or read-only and this writes.
             SessionStoreError: any SQLite error, or the lock outlived the retry budget.
+            _Locked: not ``patient``, and another connection held the lock.
         """
         if write:
             self._check_writable(operation)
@@ -313,11 +345,16 @@ class SQLiteSessionStore(_SqlSessionStore):
             while True:
                 try:
                     conn = await self._connection()
-                    result = await self._attempt(conn, body, write=write)
+                    if patient:
+                        result = await self._attempt(conn, body, write=write)
+                    else:
+                        result = await self._attempt_briefly(conn, body, write=write)
                     break
                 except sqlite3.Error as exc:
                     if not _is_busy(exc):
                         raise SessionStoreError(f"{operation} on {self._path}: {exc}") from exc
+                    if not patient:
+                        raise _Locked(f"{operation}: {self._path} is locked") from exc
                     attempt += 1
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
@@ -336,8 +373,8 @@ class SQLiteSessionStore(_SqlSessionStore):
     async def _read(self, operation: str, body: _Body[_T]) -> _T:
         return await self._run(operation, body, write=False)
 
-    async def _write(self, operation: str, body: _Body[_T]) -> _T:
-        return await self._run(operation, body, write=True)
+    async def _write(self, operation: str, body: _Body[_T], *, patient: bool = True) -> _T:
+        return await self._run(operation, body, write=True, patient=patient)
 
     async def _after_write(self, conn: aiosqlite.Connection) -> None:
         """Every 50 writes, a PASSIVE checkpoint keeps the WAL from growing without bound."""
@@ -370,12 +407,17 @@ class SQLiteSessionStore(_SqlSessionStore):
         self._check_writable("index_pending")
         return await self._index_pending("index_pending")
 
-    async def _index_pending(self, operation: str) -> int:
+    async def _index_pending(self, operation: str, *, patient: bool = True) -> int:
+        """Index, chunk by chunk, what was committed when the first chunk ran; with
+        ``patient=False`` each chunk is one brief attempt (``_Locked`` if it finds the lock
+        taken: the chunks already done stay done)."""
         total = 0
         until: int | None = None
         while True:
             step = await self._write(
-                operation, partial(_fts_index.catch_up, limit=_INDEX_CHUNK, until=until)
+                operation,
+                partial(_fts_index.catch_up, limit=_INDEX_CHUNK, until=until),
+                patient=patient,
             )
             total += step.indexed
             until = step.top if until is None else until
@@ -384,12 +426,21 @@ class SQLiteSessionStore(_SqlSessionStore):
 
     async def _run_search(self, body: _search.SearchBody) -> list[SearchHit]:
         """Read-your-writes: a writable store indexes what is pending, then searches; a
-        read-only one searches the pending rows through its temporary tail index."""
+        read-only one searches the pending rows through its temporary tail index.
+
+        The catch-up needs the write lock. If another connection holds it (a bulk append,
+        its own catch-up, a compaction), the search does not wait for it: in WAL mode a
+        search is a read that never blocks on a writer, and waiting out the retry budget
+        would turn someone else's long write into a failed search. It searches like a
+        read-only store instead; the read's snapshot holds every committed row, so it still
+        finds what this store (or anyone) wrote.
+        """
         if not self._read_only:
             hits = await self._read("search_messages", lambda c: body(c, catch_up_first=True))
             if hits is not None:
                 return hits
-            await self._index_pending("search_messages")
+            with contextlib.suppress(_Locked):  # the tail index below covers the rest
+                await self._index_pending("search_messages", patient=False)
         hits = await self._read("search_messages", lambda c: body(c, catch_up_first=False))
         if hits is None:  # pragma: no cover - without catch_up_first a body always searches
             raise SessionStoreError("search_messages: the search body did not search")
