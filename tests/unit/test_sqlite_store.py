@@ -270,22 +270,32 @@ UPDATE schema_version SET version = 1;
 """Version 1 had the same tables, and FTS5 maintained by these triggers on every insert."""
 
 
-@pytest.mark.usefixtures("no_background_indexing")
-async def test_migration_from_version_1_keeps_every_row_searchable(db_path: Path) -> None:
+async def _version_1_file(db_path: Path, *, last_reply: str) -> None:
+    """A database as version 1 left it: triggers indexing on insert, three rows (a user
+    message, a tool result, then an assistant reply saying ``last_reply``)."""
     async with SQLiteSessionStore(db_path) as store:
         await store.create_session("old", "cli")
     async with raw(db_path) as db:
         await db.executescript(_V1_TRIGGERS)
-        await db.executescript(
-            """
-            INSERT INTO messages (session_id, role, content, timestamp)
-                VALUES ('old', 'user', 'walruses indexed by the old trigger', 1.0);
-            INSERT INTO messages (session_id, role, content, tool_name, tool_call_id, timestamp)
-                VALUES ('old', 'tool', 'narwhal output', 'grep', 'c1', 2.0);
-            INSERT INTO messages (session_id, role, content, timestamp)
-                VALUES ('old', 'assistant', 'a doomed reply', 3.0);
-            """
+        await db.execute(
+            "INSERT INTO messages (session_id, role, content, timestamp) "
+            "VALUES ('old', 'user', 'walruses indexed by the old trigger', 1.0)"
         )
+        await db.execute(
+            "INSERT INTO messages (session_id, role, content, tool_name, tool_call_id, "
+            "timestamp) VALUES ('old', 'tool', 'narwhal output', 'grep', 'c1', 2.0)"
+        )
+        await db.execute(
+            "INSERT INTO messages (session_id, role, content, timestamp) "
+            "VALUES ('old', 'assistant', ?, 3.0)",
+            (last_reply,),
+        )
+
+
+@pytest.mark.usefixtures("no_background_indexing")
+async def test_migration_from_version_1_keeps_every_row_searchable(db_path: Path) -> None:
+    await _version_1_file(db_path, last_reply="a doomed reply")
+    async with raw(db_path) as db:
         assert await scalar(db, "SELECT version FROM schema_version") == 1
         await check_integrity_v1(db)
     async with SQLiteSessionStore(db_path) as store:
@@ -319,20 +329,7 @@ async def test_a_read_only_store_reads_a_version_1_file_without_changing_it(
     db_path: Path,
 ) -> None:
     """Right after an upgrade, ``hermes sessions list/search`` (read-only) still work."""
-    async with SQLiteSessionStore(db_path) as store:
-        await store.create_session("old", "cli")
-    async with raw(db_path) as db:
-        await db.executescript(_V1_TRIGGERS)
-        await db.executescript(
-            """
-            INSERT INTO messages (session_id, role, content, timestamp)
-                VALUES ('old', 'user', 'walruses indexed by the old trigger', 1.0);
-            INSERT INTO messages (session_id, role, content, tool_name, tool_call_id, timestamp)
-                VALUES ('old', 'tool', 'narwhal output', 'grep', 'c1', 2.0);
-            INSERT INTO messages (session_id, role, content, timestamp)
-                VALUES ('old', 'assistant', 'walruses again', 3.0);
-            """
-        )
+    await _version_1_file(db_path, last_reply="walruses again")
     before = await anyio.Path(db_path).read_bytes()
     async with SQLiteSessionStore(db_path, read_only=True) as reader:
         assert [h.id for h in await reader.search_messages("walruses")] == [3, 1]
