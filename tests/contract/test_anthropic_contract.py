@@ -15,7 +15,8 @@ import pytest
 
 from hermes_adapters.llm.anthropic_messages import AnthropicMessagesModel
 from hermes_adapters.testing.anthropic_sim import AnthropicSimulator
-from hermes_core.testing.llm import ChatModelContract, ContractHarness, Harness
+from hermes_adapters.testing.harness import wired_harness
+from hermes_core.testing.llm import ChatModelContract, ContractHarness
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -38,24 +39,21 @@ class TestAnthropicContract(ChatModelContract):
 
     @pytest.fixture
     async def harness(self) -> AsyncIterator[ContractHarness]:
-        sim = AnthropicSimulator()
-        async with sim.mock_client() as client:
-            model = _model("https://api.anthropic.example.test", client)
-            try:
-                yield Harness(model, sim, MAX_RETRIES)
-            finally:
-                await model.aclose()
+        async with wired_harness(
+            AnthropicSimulator(),
+            _model,
+            max_retries=MAX_RETRIES,
+            base_url="https://api.anthropic.example.test",
+        ) as harness:
+            yield harness
 
 
 class TestAnthropicContractOverLoopback(ChatModelContract):
-    """The real HTTP path: the model owns its httpx client and talks to 127.0.0.1."""
+    """The real HTTP path: the model opens its own connection to 127.0.0.1."""
 
     @pytest.fixture
     async def harness(self) -> AsyncIterator[ContractHarness]:
-        sim = AnthropicSimulator()
-        async with sim.serve() as base_url:
-            model = _model(base_url, None)
-            try:
-                yield Harness(model, sim, MAX_RETRIES)
-            finally:
-                await model.aclose()
+        async with wired_harness(
+            AnthropicSimulator(), _model, max_retries=MAX_RETRIES, loopback=True
+        ) as harness:
+            yield harness

@@ -9,11 +9,13 @@ path (chunked bodies, hang-ups on cancel) is held to the same contract.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 
 import httpx
 import pytest
 
 from hermes_adapters.llm.openai_chat import OpenAIChatModel, ReasoningEcho
+from hermes_adapters.testing.harness import wired_harness
 from hermes_adapters.testing.openai_chat_sim import ChatDialect, OpenAIChatSimulator
 from hermes_core.testing.llm import ChatModelContract, ContractHarness, Harness
 
@@ -27,19 +29,24 @@ ECHO: dict[ChatDialect, ReasoningEcho] = {
 }
 
 
-def _model(
-    sim: OpenAIChatSimulator, base_url: str, client: httpx.AsyncClient | None
-) -> OpenAIChatModel:
-    return OpenAIChatModel(
-        "gpt-sim",
-        base_url=base_url,
-        api_key="sk-test",
-        client=client,
-        provider=sim.dialect,
-        max_retries=MAX_RETRIES,
-        backoff=(0.001, 0.004),
-        reasoning_echo=ECHO[sim.dialect],
-    )
+def _served(
+    dialect: ChatDialect, *, loopback: bool = False
+) -> AbstractAsyncContextManager[Harness]:
+    sim = OpenAIChatSimulator(dialect)
+
+    def build(base_url: str, client: httpx.AsyncClient | None) -> OpenAIChatModel:
+        return OpenAIChatModel(
+            "gpt-sim",
+            base_url=base_url,
+            api_key="sk-test",
+            client=client,
+            provider=dialect,
+            max_retries=MAX_RETRIES,
+            backoff=(0.001, 0.004),
+            reasoning_echo=ECHO[dialect],
+        )
+
+    return wired_harness(sim, build, max_retries=MAX_RETRIES, loopback=loopback)
 
 
 class _MockTransportHarness(ChatModelContract):
@@ -47,13 +54,8 @@ class _MockTransportHarness(ChatModelContract):
 
     @pytest.fixture
     async def harness(self) -> AsyncIterator[ContractHarness]:
-        sim = OpenAIChatSimulator(self.dialect)
-        async with sim.mock_client() as client:
-            model = _model(sim, "https://llm.example.test/v1", client)
-            try:
-                yield Harness(model, sim, MAX_RETRIES)
-            finally:
-                await model.aclose()
+        async with _served(self.dialect) as harness:
+            yield harness
 
 
 class TestOpenAIChatContract(_MockTransportHarness):
@@ -69,17 +71,12 @@ class TestOpenRouterChatContract(_MockTransportHarness):
 
 
 class TestOpenAIChatContractOverLoopback(ChatModelContract):
-    """The real HTTP path: the model owns its httpx client and talks to 127.0.0.1."""
+    """The real HTTP path on the default wire (aiohttp), talking to 127.0.0.1."""
 
     @pytest.fixture
     async def harness(self) -> AsyncIterator[ContractHarness]:
-        sim = OpenAIChatSimulator("deepseek")
-        async with sim.serve() as base_url:
-            model = _model(sim, base_url, None)
-            try:
-                yield Harness(model, sim, MAX_RETRIES)
-            finally:
-                await model.aclose()
+        async with _served("deepseek", loopback=True) as harness:
+            yield harness
 
 
 class TestOpenAIChatContractOverHttpxPool(ChatModelContract):
@@ -88,10 +85,5 @@ class TestOpenAIChatContractOverHttpxPool(ChatModelContract):
     @pytest.fixture
     async def harness(self, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[ContractHarness]:
         monkeypatch.setenv("HERMES_HTTP_TRANSPORT", "httpx")
-        sim = OpenAIChatSimulator("openrouter")
-        async with sim.serve() as base_url:
-            model = _model(sim, base_url, None)
-            try:
-                yield Harness(model, sim, MAX_RETRIES)
-            finally:
-                await model.aclose()
+        async with _served("openrouter", loopback=True) as harness:
+            yield harness

@@ -15,8 +15,9 @@ import httpx
 import pytest
 
 from hermes_adapters.llm.openai_responses import OpenAIResponsesModel
+from hermes_adapters.testing.harness import wired_harness
 from hermes_adapters.testing.responses_sim import ResponsesSimulator
-from hermes_core.testing.llm import ChatModelContract, ContractHarness, Harness
+from hermes_core.testing.llm import ChatModelContract, ContractHarness
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -39,24 +40,21 @@ class TestResponsesContract(ChatModelContract):
 
     @pytest.fixture
     async def harness(self) -> AsyncIterator[ContractHarness]:
-        sim = ResponsesSimulator()
-        async with sim.mock_client() as client:
-            model = _model("https://llm.example.test/v1", client)
-            try:
-                yield Harness(model, sim, MAX_RETRIES)
-            finally:
-                await model.aclose()
+        async with wired_harness(
+            ResponsesSimulator(),
+            _model,
+            max_retries=MAX_RETRIES,
+            base_url="https://llm.example.test/v1",
+        ) as harness:
+            yield harness
 
 
 class TestResponsesContractOverLoopback(ChatModelContract):
-    """The real HTTP path: the model owns its httpx client and talks to 127.0.0.1."""
+    """The real HTTP path: the model opens its own connection to 127.0.0.1."""
 
     @pytest.fixture
     async def harness(self) -> AsyncIterator[ContractHarness]:
-        sim = ResponsesSimulator()
-        async with sim.serve() as base_url:
-            model = _model(base_url, None)
-            try:
-                yield Harness(model, sim, MAX_RETRIES)
-            finally:
-                await model.aclose()
+        async with wired_harness(
+            ResponsesSimulator(), _model, max_retries=MAX_RETRIES, loopback=True
+        ) as harness:
+            yield harness

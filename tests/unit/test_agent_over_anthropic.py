@@ -17,29 +17,14 @@ import pytest
 
 from hermes_adapters.llm.anthropic_messages import AnthropicMessagesModel
 from hermes_adapters.testing.anthropic_sim import AnthropicSimulator, signature_for
-from hermes_core import Agent, AgentSettings, FunctionTool, ToolSpec
+from hermes_core import Agent, AgentSettings
 from hermes_core.messages import Usage
 from hermes_core.testing.llm import TextReply, ToolCallReply
+from hermes_core.testing.sample_tools import add_tool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leaks")]
 
 THOUGHT = "I should use the add tool."
-
-
-def _add_tool() -> FunctionTool:
-    async def add(args: dict[str, Any], ctx: Any) -> dict[str, int]:
-        return {"sum": args["a"] + args["b"]}
-
-    spec = ToolSpec(
-        name="add",
-        description="Add two integers.",
-        parameters={
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    )
-    return FunctionTool(spec, add)
 
 
 def _cache_markers(body: Mapping[str, Any]) -> int:
@@ -70,7 +55,7 @@ async def test_tool_turn_over_loopback(streaming: bool, thinking: bool) -> None:
         model = AnthropicMessagesModel(
             "claude-sonnet-4-5", base_url=base_url, api_key="sk-ant-loopback"
         )
-        async with Agent(model, [_add_tool()], settings=settings, owned=[model]) as agent:
+        async with Agent(model, [add_tool()], settings=settings, owned=[model]) as agent:
             result = await agent.run_conversation(
                 "What is 2+3?", stream_callback=chunks.append if streaming else None
             )
@@ -127,7 +112,7 @@ async def test_summary_after_the_budget_is_spent_is_accepted_by_the_strict_serve
         model = AnthropicMessagesModel(
             "claude-sonnet-4-5", base_url=base_url, api_key="sk-ant-loopback"
         )
-        async with Agent(model, [_add_tool()], settings=settings, owned=[model]) as agent:
+        async with Agent(model, [add_tool()], settings=settings, owned=[model]) as agent:
             result = await agent.run_conversation("What is 2+3?")
 
     assert result["final_response"] == "I added 2 and 3: 5."

@@ -54,7 +54,6 @@ from hermes_core.ports.llm import (
     TextDelta,
     ToolCallDelta,
 )
-from hermes_core.ports.tools import ToolSpec
 from hermes_core.testing.llm import (
     ContextOverflow,
     HttpError,
@@ -62,19 +61,11 @@ from hermes_core.testing.llm import (
     TextReply,
     ToolCallReply,
 )
+from hermes_core.testing.sample_tools import ADD_SPEC
 
 pytestmark = pytest.mark.anyio
 leakproof = pytest.mark.usefixtures("no_leaks")  # async tests only: the fixture is async
 
-ADD = ToolSpec(
-    name="add",
-    description="Add two integers.",
-    parameters={
-        "type": "object",
-        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-        "required": ["a", "b"],
-    },
-)
 ADD_WIRE = {
     "name": "add",
     "description": "Add two integers.",
@@ -211,7 +202,7 @@ def test_multi_turn_request_body_is_exact() -> None:
     model = AnthropicMessagesModel("claude-sonnet-4-5", cache_ttl="1h")
     request = ModelRequest(
         messages=_multi_turn(),
-        tools=(ADD,),
+        tools=(ADD_SPEC,),
         max_tokens=512,
         tool_choice="auto",
         cache=CacheHints(stable_system_chars=len("You are Hermes.")),
@@ -278,7 +269,7 @@ def test_multi_turn_request_body_is_exact() -> None:
 def test_plain_request_with_caching_off_sends_system_as_a_string() -> None:
     model = AnthropicMessagesModel("claude-x", prompt_caching=False, max_tokens_default=1000)
     request = ModelRequest(
-        messages=(SystemMessage(content="Be brief."), UserMessage(content="hi")), tools=(ADD,)
+        messages=(SystemMessage(content="Be brief."), UserMessage(content="hi")), tools=(ADD_SPEC,)
     )
     assert model.build_body(request, stream=True) == {
         "model": "claude-x",
@@ -301,7 +292,7 @@ def test_plain_request_with_caching_off_sends_system_as_a_string() -> None:
 )
 def test_tool_choice(choice: Any, tool_choice: Any) -> None:
     body = AnthropicMessagesModel("m").build_body(
-        ModelRequest(messages=(UserMessage(content="hi"),), tools=(ADD,), tool_choice=choice)
+        ModelRequest(messages=(UserMessage(content="hi"),), tools=(ADD_SPEC,), tool_choice=choice)
     )
     assert body["tools"] == [ADD_WIRE]
     assert body.get("tool_choice") == tool_choice
@@ -310,7 +301,7 @@ def test_tool_choice(choice: Any, tool_choice: Any) -> None:
 def test_tool_choice_none_keeps_thinking_and_needs_tools_to_be_sent() -> None:
     model = AnthropicMessagesModel("m")
     thinking = ModelRequest(
-        (UserMessage(content="hi"),), (ADD,), reasoning={"effort": "low"}, tool_choice="none"
+        (UserMessage(content="hi"),), (ADD_SPEC,), reasoning={"effort": "low"}, tool_choice="none"
     )
     body = model.build_body(thinking)
     assert body["tool_choice"] == {"type": "none"} and body["tools"] == [ADD_WIRE]
@@ -349,7 +340,10 @@ def test_thinking_raises_max_tokens_and_pins_temperature() -> None:
     assert body["thinking"] == {"type": "enabled", "budget_tokens": 16000}
     assert body["temperature"] == 1 and "top_k" not in body and body["top_p"] == 0.99
     forced = ModelRequest(
-        messages=_hi().messages, tools=(ADD,), tool_choice="required", reasoning={"effort": "high"}
+        messages=_hi().messages,
+        tools=(ADD_SPEC,),
+        tool_choice="required",
+        reasoning={"effort": "high"},
     )
     assert "thinking" not in model.build_body(forced), "thinking cannot be forced to use a tool"
     roomy = ModelRequest(messages=_hi().messages, max_tokens=64000, reasoning={"effort": "low"})
@@ -494,9 +488,9 @@ async def test_consecutive_requests_share_a_byte_identical_prefix() -> None:
     async with httpx.AsyncClient(transport=httpx.MockTransport(capture)) as client:
         model = _model(client)
         history: list[Message] = [system, UserMessage(content="2+3?")]
-        first = await model.complete(ModelRequest(tuple(history), (ADD,), cache=hints))
+        first = await model.complete(ModelRequest(tuple(history), (ADD_SPEC,), cache=hints))
         history += [first.message, ToolMessage(tool_call_id="toolu_1", content='{"sum": 5}')]
-        await model.complete(ModelRequest(tuple(history), (ADD,), cache=hints))
+        await model.complete(ModelRequest(tuple(history), (ADD_SPEC,), cache=hints))
     one, two = (raw.replace(MARKER_BYTES, b"") for raw in capture.raw)
     head_one, _, tail_one = one.partition(b'"messages":')
     head_two, _, tail_two = two.partition(b'"messages":')
@@ -647,7 +641,7 @@ async def test_a_rejected_signature_is_retried_once_without_thinking() -> None:
             tampered,
             ToolMessage(tool_call_id="toolu_1", content="1"),
         ),
-        tools=(ADD,),
+        tools=(ADD_SPEC,),
         reasoning={"effort": "low"},
     )
     async with sim.mock_client() as client:
@@ -920,12 +914,12 @@ async def test_simulator_rejects_unanswered_tool_use_like_the_server() -> None:
     sim.play(ToolCallReply([("toolu_1", "add", '{"a": 1, "b": 2}')]), TextReply("3"))
     async with sim.mock_client() as client:
         model = _model(client)
-        first = await model.complete(ModelRequest((UserMessage(content="1+2"),), (ADD,)))
-        dangling = ModelRequest((UserMessage(content="1+2"), first.message), (ADD,))
+        first = await model.complete(ModelRequest((UserMessage(content="1+2"),), (ADD_SPEC,)))
+        dangling = ModelRequest((UserMessage(content="1+2"), first.message), (ADD_SPEC,))
         with pytest.raises(ModelError, match="`tool_use` ids were found without `tool_result`"):
             await model.complete(dangling)
         answered = ModelRequest(
-            (*dangling.messages, ToolMessage(tool_call_id="toolu_1", content="3")), (ADD,)
+            (*dangling.messages, ToolMessage(tool_call_id="toolu_1", content="3")), (ADD_SPEC,)
         )
         events = [e async for e in model.stream(answered)]
     assert isinstance(events[-1], ResponseComplete)
@@ -941,7 +935,7 @@ async def test_tool_history_needs_tools_defined_and_tool_choice_none_satisfies_i
     sim.play(ToolCallReply([("toolu_1", "add", '{"a": 1, "b": 2}')]), TextReply("It is 3."))
     async with sim.mock_client() as client:
         model = _model(client)
-        first = await model.complete(ModelRequest((UserMessage(content="1+2"),), (ADD,)))
+        first = await model.complete(ModelRequest((UserMessage(content="1+2"),), (ADD_SPEC,)))
         history = (
             UserMessage(content="1+2"),
             first.message,
@@ -951,7 +945,7 @@ async def test_tool_history_needs_tools_defined_and_tool_choice_none_satisfies_i
         with pytest.raises(ModelError, match="must define tools") as info:
             await model.complete(ModelRequest(history))  # a tool-free call: rejected
         assert info.value.status == 400
-        final = ModelRequest(history, (ADD,), tool_choice="none")
+        final = ModelRequest(history, (ADD_SPEC,), tool_choice="none")
         if stream:
             events = [e async for e in model.stream(final)]
             assert isinstance(events[-1], ResponseComplete)
@@ -992,7 +986,9 @@ async def test_stream_equals_complete_over_the_simulator_with_thinking() -> None
     sim.play(reply, reply)
     async with sim.mock_client() as client:
         model = _model(client)
-        request = ModelRequest((UserMessage(content="go"),), (ADD,), reasoning={"effort": "low"})
+        request = ModelRequest(
+            (UserMessage(content="go"),), (ADD_SPEC,), reasoning={"effort": "low"}
+        )
         plain = await model.complete(request)
         events = [e async for e in model.stream(request)]
     assert isinstance(events[-1], ResponseComplete)

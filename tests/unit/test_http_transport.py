@@ -317,6 +317,7 @@ class _RecordingServer:
 
     def __init__(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
         self.heads: list[str] = []
+        self.connections = 0
         self._answer = (
             f"HTTP/1.1 {status} X\r\n".encode()
             + b"".join(f"{k}: {v}\r\n".encode() for k, v in headers)
@@ -325,6 +326,7 @@ class _RecordingServer:
         )
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
             while head := await reader.readuntil(b"\r\n\r\n"):
                 self.heads.append(head.decode("latin-1"))
@@ -410,3 +412,15 @@ async def test_an_event_stream_is_utf8_whatever_charset_it_claims(wire: str) -> 
         _, response = await collect_stream(model, _request())
         assert response.message.content == "café"
         await model.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_model_reuses_its_connection_across_calls(wire: str) -> None:
+    # No client per call: one model, many requests, one kept-alive connection.
+    server = _RecordingServer(200, [("content-type", "application/json")], _COMPLETION)
+    async with server.serve() as base_url:
+        model = _model(f"{base_url}/v1", max_retries=0)
+        for _ in range(5):
+            assert (await model.complete(_request())).message.content == "ok"
+        await model.aclose()
+    assert (len(server.heads), server.connections) == (5, 1)

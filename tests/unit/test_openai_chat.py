@@ -65,21 +65,12 @@ from hermes_core.ports.llm import (
     TextDelta,
     ToolCallDelta,
 )
-from hermes_core.ports.tools import ToolSpec
 from hermes_core.testing.llm import HttpError, MidStreamError, TextReply, ToolCallReply
+from hermes_core.testing.sample_tools import ADD_SPEC
 
 pytestmark = pytest.mark.anyio
 leakproof = pytest.mark.usefixtures("no_leaks")  # async tests only: the fixture is async
 
-ADD = ToolSpec(
-    name="add",
-    description="Add two integers.",
-    parameters={
-        "type": "object",
-        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-        "required": ["a", "b"],
-    },
-)
 
 # -- request building -------------------------------------------------------------------
 
@@ -123,7 +114,7 @@ def test_multi_turn_request_body_is_exact() -> None:
     model = OpenAIChatModel("gpt-4.1")
     request = ModelRequest(
         messages=_multi_turn(),
-        tools=(ADD,),
+        tools=(ADD_SPEC,),
         max_tokens=512,
         reasoning={"effort": "low"},
         tool_choice="auto",
@@ -874,9 +865,11 @@ async def test_simulated_tool_round_trip_with_strict_pairing() -> None:
     async with sim.mock_client() as client:
         model = OpenAIChatModel("m", client=client)
         first = await model.complete(
-            ModelRequest(messages=(UserMessage(content="1+2"),), tools=(ADD,))
+            ModelRequest(messages=(UserMessage(content="1+2"),), tools=(ADD_SPEC,))
         )
-        dangling = ModelRequest(messages=(UserMessage(content="1+2"), first.message), tools=(ADD,))
+        dangling = ModelRequest(
+            messages=(UserMessage(content="1+2"), first.message), tools=(ADD_SPEC,)
+        )
         with pytest.raises(ModelError, match="tool_call_id"):
             await model.complete(dangling)
         assert isinstance((await _last(model, sim)), ResponseComplete)
@@ -940,7 +933,7 @@ async def test_draining_after_an_in_band_error_is_bounded(
     ("extra", "message"),
     [
         ({"tool_choice": "none"}, "only allowed when 'tools' are specified"),
-        ({"tool_choice": "never", "tools": [ADD.function_schema()]}, "Invalid value: 'never'"),
+        ({"tool_choice": "never", "tools": [ADD_SPEC.function_schema()]}, "Invalid value: 'never'"),
     ],
 )
 async def test_simulator_rejects_a_bad_tool_choice(extra: dict[str, Any], message: str) -> None:

@@ -52,21 +52,12 @@ from hermes_core.ports.llm import (
     TextDelta,
     ToolCallDelta,
 )
-from hermes_core.ports.tools import ToolSpec
 from hermes_core.testing.llm import ContextOverflow, MidStreamError, TextReply, ToolCallReply
+from hermes_core.testing.sample_tools import ADD_SPEC
 
 pytestmark = pytest.mark.anyio
 leakproof = pytest.mark.usefixtures("no_leaks")  # async tests only: the fixture is async
 
-ADD = ToolSpec(
-    name="add",
-    description="Add two integers.",
-    parameters={
-        "type": "object",
-        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-        "required": ["a", "b"],
-    },
-)
 
 # -- request building -------------------------------------------------------------------
 
@@ -129,7 +120,7 @@ def test_multi_turn_request_body_is_exact() -> None:
     model = OpenAIResponsesModel("gpt-5")
     request = ModelRequest(
         messages=_multi_turn(),
-        tools=(ADD,),
+        tools=(ADD_SPEC,),
         max_tokens=512,
         reasoning={"effort": "low"},
         cache=CacheHints(stable_system_chars=15, cache_key="session-7"),
@@ -807,7 +798,7 @@ async def test_reasoning_replay_across_a_multi_turn_transcript() -> None:
     async with sim.mock_client() as client:
         model = OpenAIResponsesModel("gpt-5", client=client, api_key="sk-x")
         for turn, result in enumerate(['{"sum": 3}', '{"sum": 7}', None]):
-            request = ModelRequest(messages=tuple(messages), tools=(ADD,))
+            request = ModelRequest(messages=tuple(messages), tools=(ADD_SPEC,))
             response = await (model.complete(request) if turn != 1 else _streamed(model, request))
             messages.append(response.message)
             if result is not None:

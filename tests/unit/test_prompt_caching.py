@@ -31,10 +31,11 @@ from hermes_adapters.llm.openai_chat import OpenAIChatModel
 from hermes_adapters.llm.openai_responses import OpenAIResponsesModel
 from hermes_adapters.testing import AnthropicSimulator, OpenAIChatSimulator, ResponsesSimulator
 from hermes_adapters.testing.scenario_server import ScenarioServer
-from hermes_core import Agent, AgentSettings, FunctionTool, ToolSpec
+from hermes_core import Agent, AgentSettings
 from hermes_core.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
 from hermes_core.ports.llm import CacheHints, ChatModel, ModelRequest
 from hermes_core.testing.llm import TextReply, ToolCallReply
+from hermes_core.testing.sample_tools import add_tool
 
 pytestmark = pytest.mark.anyio
 leakproof = pytest.mark.usefixtures("no_leaks")  # async tests only: the fixture is async
@@ -44,22 +45,6 @@ EXPLICIT = {"anthropic", "openrouter"}  # breakpoint caching: the first call wri
 IDENTITY = "You are Cachebot, a careful assistant. " * 40
 CONTEXT = "# Project Context\n\nThe repository is a Python 3.11 project. " * 10
 MARKER = {"type": "ephemeral"}
-
-
-def _add_tool() -> FunctionTool:
-    async def add(args: dict[str, Any], ctx: Any) -> dict[str, int]:
-        return {"sum": args["a"] + args["b"]}
-
-    spec = ToolSpec(
-        name="add",
-        description="Add two integers.",
-        parameters={
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    )
-    return FunctionTool(spec, add)
 
 
 @dataclass
@@ -160,7 +145,7 @@ async def test_second_call_reads_the_cache(backend: str, stream: bool) -> None:
     async with _wire(backend) as wire:
         wire.sim.play(TextReply("Hello."), TextReply("Still here."))
         model = wire.make()
-        async with Agent(model, [_add_tool()], settings=_settings(), owned=[model]) as agent:
+        async with Agent(model, [add_tool()], settings=_settings(), owned=[model]) as agent:
             first = await agent.run_conversation("Hi!", stream_callback=callback)
             second = await agent.run_conversation("Are you there?", stream_callback=callback)
             prompt = agent.system_prompt
@@ -183,7 +168,7 @@ async def test_tool_loop_reads_the_cache_on_its_second_call(backend: str) -> Non
     async with _wire(backend) as wire:
         wire.sim.play(ToolCallReply([("call_1", "add", '{"a": 2, "b": 3}')]), TextReply("5."))
         model = wire.make()
-        async with Agent(model, [_add_tool()], settings=_settings(), owned=[model]) as agent:
+        async with Agent(model, [add_tool()], settings=_settings(), owned=[model]) as agent:
             result = await agent.run_conversation("What is 2+3?")
     assert result["final_response"] == "5." and result["api_calls"] == 2
     assert result["cache_read_tokens"] > 0
@@ -198,7 +183,7 @@ async def test_consecutive_requests_share_a_byte_identical_prefix(backend: str) 
     async with _wire(backend) as wire:
         wire.sim.play(TextReply("One."), TextReply("Two."))
         model = wire.make()
-        async with Agent(model, [_add_tool()], settings=_settings(), owned=[model]) as agent:
+        async with Agent(model, [add_tool()], settings=_settings(), owned=[model]) as agent:
             await agent.run_conversation("First question?")
             await agent.run_conversation("Second question?")
             prompt = agent.system_prompt
@@ -235,7 +220,7 @@ async def test_envelope_markers_on_the_right_parts() -> None:
             TextReply("Bye."),
         )
         model = wire.make()
-        async with Agent(model, [_add_tool()], settings=_settings(), owned=[model]) as agent:
+        async with Agent(model, [add_tool()], settings=_settings(), owned=[model]) as agent:
             await agent.run_conversation("What is 2+3?")
             await agent.run_conversation("Thanks!")
             prompt = agent.system_prompt
@@ -347,7 +332,7 @@ def _request(system: str, cache_key: str = "conv-1") -> ModelRequest:
             ),
             ToolMessage(tool_call_id="call_1", content='{"sum": 5}'),
         ),
-        tools=(_add_tool().spec,),
+        tools=(add_tool().spec,),
         cache=CacheHints(stable_system_chars=len(IDENTITY), cache_key=cache_key),
     )
 
@@ -396,7 +381,7 @@ async def test_new_identity_across_agents_gives_no_cache_read(backend: str) -> N
         for identity in (IDENTITY, "You are Otherbot. " * 40):
             model = wire.make()
             settings = _settings(identity=identity)
-            async with Agent(model, [_add_tool()], settings=settings, owned=[model]) as agent:
+            async with Agent(model, [add_tool()], settings=settings, owned=[model]) as agent:
                 result = await agent.run_conversation("Hi!")
             assert result["cache_read_tokens"] == 0
 
