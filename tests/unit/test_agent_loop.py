@@ -17,25 +17,9 @@ from hermes_core.errors import ContextTooLong
 from hermes_core.events import ToolFinished, TurnEvent, TurnFinished
 from hermes_core.invariants import validate
 from hermes_core.messages import Usage, messages_from_dicts
+from hermes_core.testing.sample_tools import add_tool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leaks")]
-
-ADD_SCHEMA = {
-    "type": "object",
-    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-    "required": ["a", "b"],
-}
-
-
-async def _add(args: dict[str, Any], ctx: Any) -> dict[str, int]:
-    return {"sum": args["a"] + args["b"]}
-
-
-def add_tool() -> FunctionTool:
-    spec = ToolSpec(
-        name="add", description="Add two integers.", parameters=ADD_SCHEMA, parallel_safe=True
-    )
-    return FunctionTool(spec, _add)
 
 
 def echo_tool(name: str = "echo", **spec_kw: Any) -> FunctionTool:

@@ -10,33 +10,17 @@ not only that each works alone.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
 from hermes_adapters.llm.openai_responses import OpenAIResponsesModel
 from hermes_adapters.testing.responses_sim import ResponsesSimulator
-from hermes_core import Agent, AgentSettings, FunctionTool, ToolSpec
+from hermes_core import Agent, AgentSettings
 from hermes_core.messages import Usage
 from hermes_core.testing.llm import TextReply, ToolCallReply
+from hermes_core.testing.sample_tools import add_tool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leaks")]
-
-
-def _add_tool() -> FunctionTool:
-    async def add(args: dict[str, Any], ctx: Any) -> dict[str, int]:
-        return {"sum": args["a"] + args["b"]}
-
-    spec = ToolSpec(
-        name="add",
-        description="Add two integers.",
-        parameters={
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    )
-    return FunctionTool(spec, add)
 
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["complete", "stream"])
@@ -54,7 +38,7 @@ async def test_tool_turn_over_loopback(streaming: bool) -> None:
     chunks: list[str] = []
     async with sim.serve() as base_url:
         model = OpenAIResponsesModel("gpt-5", base_url=base_url, api_key="sk-loopback")
-        async with Agent(model, [_add_tool()], owned=[model]) as agent:
+        async with Agent(model, [add_tool()], owned=[model]) as agent:
             result = await agent.run_conversation(
                 "What is 2+3?", stream_callback=chunks.append if streaming else None
             )
@@ -102,7 +86,7 @@ async def test_summary_after_the_budget_is_spent_offers_tools_with_tool_choice_n
     async with sim.serve() as base_url:
         model = OpenAIResponsesModel("gpt-5", base_url=base_url, api_key="sk-loopback")
         settings = AgentSettings(max_iterations=1)
-        async with Agent(model, [_add_tool()], settings=settings, owned=[model]) as agent:
+        async with Agent(model, [add_tool()], settings=settings, owned=[model]) as agent:
             result = await agent.run_conversation("What is 2+3?")
 
     assert result["final_response"] == "I added 2 and 3: 5."

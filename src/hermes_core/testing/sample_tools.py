@@ -21,6 +21,7 @@ ADD_SPEC = ToolSpec(
         "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
         "required": ["a", "b"],
     },
+    parallel_safe=True,  # a pure function: calls may run side by side
 )
 
 
